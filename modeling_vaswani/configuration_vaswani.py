@@ -90,8 +90,15 @@ class VaswaniConfig(PreTrainedConfig):
         return cls(**{"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3, **overrides})
 
     def _check(self):
-        for name in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_heads", "d_ff",
-                     "max_position_embeddings"):
+        for name in (
+            "vocab_size",
+            "d_model",
+            "encoder_layers",
+            "decoder_layers",
+            "num_heads",
+            "d_ff",
+            "max_position_embeddings",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -115,7 +122,8 @@ class VaswaniConfig(PreTrainedConfig):
             for token_id in value if isinstance(value, (list, tuple)) else [value]:
                 if token_id is not None and not 0 <= token_id < self.vocab_size:
                     raise ValueError(
-                        f"{name} ({token_id}) is outside the vocabulary: expected 0 <= id < vocab_size ({self.vocab_size})"
+                        f"{name} ({token_id}) is outside the vocabulary: "
+                        f"expected 0 <= id < vocab_size ({self.vocab_size})"
                     )
 
 
