@@ -1,9 +1,20 @@
-"""modeling_vaswani: the Transformer of "Attention Is All You Need" as a transformers model."""
+"""modeling_vaswani: the Transformer of "Attention Is All You Need" (Vaswani et al. 2017) as a transformers model.
 
-from transformers import AutoConfig
+Importing the package registers the classes with transformers' Auto classes, and marks them for remote code so that
+`save_pretrained` and `push_to_hub` write the `auto_map` and copy the model's code into the checkpoint.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from .configuration_vaswani import VaswaniConfig
+from .modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig)
+AutoModel.register(VaswaniConfig, VaswaniModel)
+AutoModelForSeq2SeqLM.register(VaswaniConfig, VaswaniForConditionalGeneration)
 
-__all__ = ["VaswaniConfig"]
+VaswaniConfig.register_for_auto_class()
+VaswaniModel.register_for_auto_class("AutoModel")
+VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = ["VaswaniConfig", "VaswaniPreTrainedModel", "VaswaniModel", "VaswaniForConditionalGeneration"]

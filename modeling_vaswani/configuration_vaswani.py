@@ -59,10 +59,11 @@ class VaswaniConfig(PreTrainedConfig):
     attention_bias: bool = False
     layer_norm_eps: float = 1e-6
     max_position_embeddings: int = 1024
-    pad_token_id: int | None = 0
-    bos_token_id: int | None = 1
+    # fairseq's order. Not pad 0: transformers' beam search takes a pad id of 0 for "none" and pads with eos.
+    bos_token_id: int | None = 0
+    pad_token_id: int | None = 1
     eos_token_id: int | None = 2
-    decoder_start_token_id: int | None = 1
+    decoder_start_token_id: int | None = 0
     tie_word_embeddings: bool = True
     use_cache: bool = True
     is_encoder_decoder: bool = True

@@ -1,0 +1,116 @@
+"""generate(): the KV cache changes nothing, and the paper's decoding (Section 6.1) scores as the paper says."""
+
+import pytest
+import torch
+from tiny_models import BOS, EOS, PAD, padded_batch, tiny_model
+
+from modeling_vaswani.modeling_vaswani import gnmt_length_penalty
+
+ALPHA = 0.6
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_model(seed=11)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    input_ids, attention_mask = padded_batch([7, 3, 5], seed=12)
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"num_beams": 1, "do_sample": False},
+        {"num_beams": 4, "do_sample": False},
+        {"num_beams": 1, "do_sample": True, "top_k": 0},
+        {"num_beams": 4, "do_sample": False, "paper_decoding": True},
+    ],
+    ids=["greedy", "beam", "sampling", "paper"],
+)
+def test_cache_changes_nothing(model, batch, settings):
+    settings = {"max_new_tokens": 12, **settings}
+    if settings.get("paper_decoding"):
+        del settings["max_new_tokens"]
+    outputs = []
+    for use_cache in (True, False):
+        torch.manual_seed(13)
+        outputs.append(model.generate(**batch, use_cache=use_cache, **settings))
+    assert torch.equal(outputs[0], outputs[1])
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_static_cache(model, batch, num_beams):
+    dynamic = model.generate(**batch, num_beams=num_beams, max_new_tokens=10)
+    static = model.generate(**batch, num_beams=num_beams, max_new_tokens=10, cache_implementation="static")
+    assert torch.equal(dynamic, static)
+
+
+def teacher_forced_log_probability(model, source, attention_mask, sequence):
+    """log P(Y|X) of one generated sequence, recomputed with a plain forward pass; returns it and |Y|."""
+    tokens = sequence[1:]  # after the decoder start token
+    if (tokens == EOS).any():
+        tokens = tokens[: int((tokens == EOS).nonzero()[0]) + 1]
+    else:
+        tokens = tokens[tokens != PAD]
+    with torch.no_grad():
+        logits = model(
+            input_ids=source[None],
+            attention_mask=attention_mask[None],
+            decoder_input_ids=sequence[None, : len(tokens)],
+        ).logits[0]
+    log_probs = torch.log_softmax(logits.double(), dim=-1)
+    return log_probs.gather(-1, tokens[:, None]).sum().item(), len(tokens)
+
+
+@pytest.mark.parametrize("paper_decoding", [True, False])
+def test_sequence_scores_recomputed_by_hand(model, batch, paper_decoding):
+    """Paper: log P(Y|X) / ((5 + |Y|) / 6)^alpha. Stock transformers (unchanged): log P(Y|X) / |Y|^alpha."""
+    settings = {} if paper_decoding else {"max_new_tokens": 20}
+    # Never emitting pad or start tokens keeps |Y| unambiguous; the other log-probabilities are unchanged.
+    settings["bad_words_ids"] = [[PAD], [BOS]]
+    out = model.generate(
+        **batch,
+        paper_decoding=paper_decoding,
+        num_beams=4,
+        num_return_sequences=4,
+        output_scores=True,
+        return_dict_in_generate=True,
+        **settings,
+    )
+    scores = out.sequences_scores.view(3, 4)
+    assert (scores[:, :-1] >= scores[:, 1:]).all()  # best first
+    for row in range(3):
+        for beam in range(4):
+            log_probability, length = teacher_forced_log_probability(
+                model, batch["input_ids"][row], batch["attention_mask"][row], out.sequences[row * 4 + beam]
+            )
+            penalty = ((5 + length) / 6) ** ALPHA if paper_decoding else length**ALPHA
+            assert scores[row, beam].item() == pytest.approx(log_probability / penalty, abs=2e-4)
+
+
+def test_gnmt_length_penalty_formula():
+    assert gnmt_length_penalty(1, ALPHA) == 1.0
+    assert gnmt_length_penalty(7, ALPHA) == pytest.approx(2.0**0.6)
+    assert gnmt_length_penalty(7, 0.0) == 1.0
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+def test_paper_decoding_stops_each_sentence_at_source_length_plus_50(model, batch, num_beams):
+    # With the end-of-sentence token forbidden, every sentence runs to its own limit.
+    generated = model.generate(**batch, paper_decoding=True, num_beams=num_beams, bad_words_ids=[[EOS]])
+    output_lengths = generated[:, 1:].ne(PAD).sum(-1)
+    assert output_lengths.tolist() == (batch["attention_mask"].sum(-1) + 50).tolist()
+
+
+def test_paper_decoding_defaults_and_refusals(model, batch):
+    assert (
+        model.generate(**batch, paper_decoding=True).shape
+        == model.generate(**batch, paper_decoding=True, num_beams=4).shape
+    )
+    with pytest.raises(ValueError, match="max_new_tokens=5"):
+        model.generate(**batch, paper_decoding=True, max_new_tokens=5)
+    # The option is scoped to its call: stock beam search afterwards is unaffected.
+    assert model._gnmt_alpha is None
