@@ -1,0 +1,168 @@
+"""Token-budget batching of Section 5.1 of the paper.
+
+"Sentence pairs were batched together by approximate sequence length. Each training batch contained a set of sentence
+pairs containing approximately 25000 source tokens and 25000 target tokens." This is fairseq's `--max-tokens`. The
+Hugging Face Trainer only knows a fixed number of examples per batch, and neither transformers nor accelerate has a
+token-budget sampler, so it is written here by hand.
+
+The budget counts padded tokens: a batch of `n` examples whose longest source has `s` tokens costs `n * s` source
+tokens (and likewise for the target), which is what the GPU actually holds.
+"""
+
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+from torch.utils.data import Sampler
+
+
+class TokenBudgetBatchSampler(Sampler[list[int]]):
+    """Yields lists of example indices whose padded source and target sizes each stay within `max_tokens`.
+
+    Examples are sorted by (source length, target length) and cut greedily into batches. Shuffling only permutes
+    examples of identical lengths and the order of the batches, so the sorted length sequence and hence the batch
+    boundaries are the same every epoch: `len()` never changes and is known before iterating.
+
+    For distributed training every rank builds the same batch list from `(seed, epoch)` and rank `r` takes batches
+    `r, r + R, r + 2R, ...`. The batch count is made a multiple of `num_replicas` by halving the batches with the
+    most examples, so every rank gets the same number of batches (DDP would hang otherwise) and every example is seen
+    exactly once per epoch. Do not let accelerate shard this sampler again: its `BatchSamplerShard` repeats batches to
+    even out the ranks.
+
+    Args:
+        source_lengths, target_lengths: token counts of each example (`input_ids` and `labels`).
+        max_tokens: budget of padded tokens per batch, for source and for target separately. A batch here is what one
+            rank sees in one forward pass; the paper's 25000 is per training step over its 8 GPUs, so divide it by
+            `num_replicas * gradient_accumulation_steps`.
+        shuffle: randomise the order of batches and ties among equal lengths each epoch; off for evaluation.
+        seed: with the epoch, determines the order, so a resumed run sees the same data in the same order.
+        num_replicas, rank: the number of data-parallel processes and this process's index.
+    """
+
+    def __init__(
+        self,
+        source_lengths: Sequence[int],
+        target_lengths: Sequence[int],
+        max_tokens: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        num_replicas: int = 1,
+        rank: int = 0,
+    ):
+        self._source = _as_lengths(source_lengths, "source_lengths")
+        self._target = _as_lengths(target_lengths, "target_lengths")
+        _check_arguments(self._source, self._target, max_tokens, seed, num_replicas, rank)
+        _check_fits(self._source, self._target, max_tokens)
+        self.max_tokens = max_tokens
+        self.shuffle = shuffle
+        self.seed = seed
+        self.num_replicas = num_replicas
+        self.rank = rank
+        self.epoch = 0
+        order = self._sorted_order(None)
+        spans = _greedy_spans(self._source[order], self._target[order], max_tokens)
+        self._spans = _split_until_divisible(spans, num_replicas)
+
+    @classmethod
+    def from_dataset(
+        cls, dataset, max_tokens: int, source_column: str = "input_ids", target_column: str = "labels", **kwargs
+    ) -> "TokenBudgetBatchSampler":
+        """Builds the sampler from a tokenized `datasets.Dataset`, taking lengths from its token-list columns.
+
+        The lengths are read through Arrow, which avoids materialising millions of token lists as Python objects.
+        """
+        import pyarrow.compute as pc  # comes with `datasets`, an optional dependency of this package
+
+        columns = dataset.with_format("arrow")
+        source = pc.list_value_length(columns[source_column]).to_numpy(zero_copy_only=False)
+        target = pc.list_value_length(columns[target_column]).to_numpy(zero_copy_only=False)
+        return cls(source, target, max_tokens, **kwargs)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by the Trainer/accelerate at the start of each epoch to get a new, reproducible order."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        """Number of batches this rank yields per epoch."""
+        return len(self._spans) // self.num_replicas
+
+    def __iter__(self) -> Iterator[list[int]]:
+        rng = np.random.default_rng([self.seed, self.epoch]) if self.shuffle else None
+        order = self._sorted_order(rng)
+        batch_order = rng.permutation(len(self._spans)) if rng is not None else np.arange(len(self._spans))
+        for position in batch_order[self.rank :: self.num_replicas]:
+            start, end = self._spans[position]
+            yield order[start:end].tolist()
+
+    def _sorted_order(self, rng: np.random.Generator | None) -> np.ndarray:
+        # A random permutation before a stable sort breaks ties among equal lengths randomly.
+        permutation = rng.permutation(len(self._source)) if rng is not None else np.arange(len(self._source))
+        # lexsort's last key is the primary one.
+        return permutation[np.lexsort((self._target[permutation], self._source[permutation]))]
+
+
+def _as_lengths(lengths: Sequence[int], name: str) -> np.ndarray:
+    array = np.asarray(lengths)
+    if array.ndim != 1 or (array.size and not np.issubdtype(array.dtype, np.integer)):
+        raise ValueError(f"{name} must be a 1-D sequence of integers, got shape {array.shape} and dtype {array.dtype}")
+    array = array.astype(np.int64)
+    negative = np.flatnonzero(array < 0)
+    if negative.size:
+        raise ValueError(f"{name} must be >= 0, got {array[negative[0]]} at index {negative[0]}")
+    return array
+
+
+def _check_arguments(source: np.ndarray, target: np.ndarray, max_tokens: int, seed: int, replicas: int, rank: int):
+    if len(source) != len(target):
+        raise ValueError(f"source_lengths and target_lengths differ in size: {len(source)} vs {len(target)}")
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
+    if replicas < 1:
+        raise ValueError(f"num_replicas must be >= 1, got {replicas}")
+    if not 0 <= rank < replicas:
+        raise ValueError(f"rank must be in [0, {replicas - 1}] for num_replicas={replicas}, got {rank}")
+
+
+def _check_fits(source: np.ndarray, target: np.ndarray, max_tokens: int) -> None:
+    # Dropping such examples silently would change the training data behind the user's back.
+    too_long = np.flatnonzero((source > max_tokens) | (target > max_tokens))
+    if too_long.size:
+        index = too_long[0]
+        raise ValueError(
+            f"example {index} (source length {source[index]}, target length {target[index]}) alone exceeds "
+            f"max_tokens={max_tokens}; {too_long.size} example(s) do. Filter or truncate them, or raise max_tokens."
+        )
+
+
+def _greedy_spans(source: np.ndarray, target: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
+    """Cuts the length-sorted examples into `[start, end)` ranges that each respect the padded budget."""
+    spans, start, longest = [], 0, 0
+    for index, (source_length, target_length) in enumerate(zip(source.tolist(), target.tolist(), strict=True)):
+        longest = max(longest, source_length, target_length)
+        if (index + 1 - start) * longest > max_tokens:
+            spans.append((start, index))
+            start, longest = index, max(source_length, target_length)
+    if start < len(source):
+        spans.append((start, len(source)))
+    return spans
+
+
+def _split_until_divisible(spans: list[tuple[int, int]], num_replicas: int) -> list[tuple[int, int]]:
+    # A subset of a batch stays within the budget, so halving is always safe; it costs at most num_replicas - 1
+    # slightly smaller batches, whereas dropping or repeating batches would change what the model is trained on.
+    spans = list(spans)
+    while len(spans) % num_replicas:
+        widest = max(range(len(spans)), key=lambda position: spans[position][1] - spans[position][0])
+        start, end = spans[widest]
+        if end - start < 2:
+            raise ValueError(
+                f"cannot give each of num_replicas={num_replicas} ranks the same number of batches without dropping "
+                f"or repeating examples: {len(spans)} batches of one example each, not a multiple of {num_replicas}; "
+                "use fewer ranks, a larger max_tokens or more examples"
+            )
+        middle = (start + end + 1) // 2
+        spans[widest : widest + 1] = [(start, middle), (middle, end)]
+    return spans

@@ -1,0 +1,253 @@
+import json
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from modeling_vaswani import averaging
+from modeling_vaswani.averaging import average_checkpoints, find_checkpoints
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+MODEL_FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "modeling_x.py"]
+TRAINER_FILES = ["optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "rng_state_1.pth", "trainer_state.json"]
+TRAINER_FILES += ["training_args.bin", "pytorch_model.bin"]
+
+
+def make_checkpoint(folder: Path, tensors: dict, shards: list[list[str]] | None = None, tag: str = "") -> Path:
+    """A Trainer-like checkpoint folder; `shards` lists the keys of each shard file, else one model.safetensors."""
+    folder.mkdir(parents=True)
+    if shards is None:
+        save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for number, keys in enumerate(shards, start=1):
+            name = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+            save_file({key: tensors[key] for key in keys}, folder / name, metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(keys, name))
+        index = {"metadata": {"total_size": 0}, "weight_map": weight_map}
+        (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    for name in MODEL_FILES + TRAINER_FILES:
+        (folder / name).write_text(f"{name} of {tag or folder.name}")
+    return folder
+
+
+def weights(step: float) -> dict:
+    return {
+        "encoder.weight": torch.full((2, 3), step, dtype=torch.float32),
+        "decoder.weight": torch.full((4,), step, dtype=torch.bfloat16),
+        "position_ids": torch.arange(5),
+    }
+
+
+@pytest.fixture
+def three_checkpoints(tmp_path):
+    return [make_checkpoint(tmp_path / f"checkpoint-{step}", weights(step)) for step in (1, 2, 3)]
+
+
+def test_mean_of_one_two_three_is_two_in_each_dtype(three_checkpoints, tmp_path):
+    output = average_checkpoints(three_checkpoints, tmp_path / "averaged")
+    averaged = load_file(output / "model.safetensors")
+    assert torch.equal(averaged["encoder.weight"], torch.full((2, 3), 2.0))
+    assert averaged["decoder.weight"].dtype == torch.bfloat16
+    assert torch.equal(averaged["decoder.weight"], torch.full((4,), 2.0, dtype=torch.bfloat16))
+    assert torch.equal(averaged["position_ids"], torch.arange(5)), "integer tensors are kept, not averaged"
+    with safe_open(output / "model.safetensors", framework="pt") as file:
+        assert file.metadata() == {"format": "pt"}
+
+
+def test_mean_matches_hand_computation_with_single_rounding(tmp_path):
+    generator = torch.Generator().manual_seed(0)
+    values = [torch.randn(8, 8, generator=generator) for _ in range(5)]
+    folders = [
+        make_checkpoint(tmp_path / f"checkpoint-{i}", {"w": v.to(torch.bfloat16), "f": v})
+        for i, v in enumerate(values)
+    ]
+    averaged = load_file(average_checkpoints(folders, tmp_path / "out") / "model.safetensors")
+    expected = torch.stack([v.to(torch.bfloat16).double() for v in values]).mean(0).to(torch.bfloat16)
+    assert torch.equal(averaged["w"], expected)
+    assert torch.allclose(averaged["f"], torch.stack(values).mean(0), atol=1e-6)
+
+
+def test_sharded_checkpoints_keep_layout_and_index(tmp_path):
+    shards = [["encoder.weight"], ["decoder.weight", "position_ids"]]
+    folders = [make_checkpoint(tmp_path / f"checkpoint-{s}", weights(s), shards) for s in (2, 4)]
+    output = average_checkpoints(folders, tmp_path / "out")
+    index = json.loads((output / "model.safetensors.index.json").read_text())
+    assert index == json.loads((folders[-1] / "model.safetensors.index.json").read_text())
+    assert sorted(p.name for p in output.glob("*.safetensors")) == [
+        "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors",
+    ]
+    first, second = (load_file(output / f"model-0000{n}-of-00002.safetensors") for n in (1, 2))
+    assert set(first) == {"encoder.weight"} and set(second) == {"decoder.weight", "position_ids"}
+    assert torch.equal(first["encoder.weight"], torch.full((2, 3), 3.0))
+    assert torch.equal(second["decoder.weight"], torch.full((4,), 3.0, dtype=torch.bfloat16))
+
+
+def test_layout_follows_last_checkpoint_when_layouts_differ(tmp_path):
+    sharded = make_checkpoint(
+        tmp_path / "checkpoint-1", weights(1), [["encoder.weight"], ["decoder.weight", "position_ids"]]
+    )
+    single = make_checkpoint(tmp_path / "checkpoint-2", weights(3))
+    output = average_checkpoints([sharded, single], tmp_path / "out")
+    assert sorted(p.name for p in output.glob("model*.safetensors*")) == ["model.safetensors"]
+    assert torch.equal(load_file(output / "model.safetensors")["encoder.weight"], torch.full((2, 3), 2.0))
+
+
+def test_model_files_of_last_checkpoint_copied_and_trainer_state_skipped(three_checkpoints, tmp_path):
+    output = average_checkpoints(three_checkpoints, tmp_path / "out")
+    assert sorted(p.name for p in output.iterdir()) == sorted(MODEL_FILES + ["model.safetensors"])
+    assert (output / "config.json").read_text() == "config.json of checkpoint-3"
+
+
+def test_find_checkpoints_sorts_numerically_and_ignores_other_entries(tmp_path):
+    for name in ("checkpoint-10", "checkpoint-9", "checkpoint-100", "checkpoint-x", "runs", "checkpoint-5.tmp"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "checkpoint-7").write_text("a file, not a checkpoint")
+    assert [p.name for p in find_checkpoints(tmp_path)] == ["checkpoint-9", "checkpoint-10", "checkpoint-100"]
+    assert [p.name for p in find_checkpoints(tmp_path, last=2)] == ["checkpoint-10", "checkpoint-100"]
+
+
+@pytest.mark.parametrize(("last", "message"), [(4, "last 4 checkpoints but .* has only 3"), (0, "got 0")])
+def test_find_checkpoints_errors(tmp_path, last, message):
+    for step in (1, 2, 3):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    with pytest.raises(ValueError, match=message):
+        find_checkpoints(tmp_path, last=last)
+
+
+def test_find_checkpoints_missing_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere"):
+        find_checkpoints(tmp_path / "nowhere")
+
+
+def test_mismatched_keys_name_the_key_and_checkpoints(tmp_path):
+    first = make_checkpoint(tmp_path / "checkpoint-1", weights(1))
+    second = make_checkpoint(tmp_path / "checkpoint-2", {**weights(2), "extra.bias": torch.zeros(1)})
+    with pytest.raises(ValueError, match=r"'extra.bias' is in .*checkpoint-2 but not in .*checkpoint-1"):
+        average_checkpoints([first, second], tmp_path / "out")
+
+
+def test_mismatched_shape_names_the_key_and_checkpoints(tmp_path):
+    first = make_checkpoint(tmp_path / "checkpoint-1", {**weights(1), "encoder.weight": torch.zeros(3, 2)})
+    second = make_checkpoint(tmp_path / "checkpoint-2", weights(2))
+    with pytest.raises(ValueError, match=r"'encoder.weight' is \(3, 2\) .*checkpoint-1 but \(2, 3\) .*checkpoint-2"):
+        average_checkpoints([first, second], tmp_path / "out")
+
+
+def test_differing_integer_tensors_are_an_error(tmp_path):
+    first = make_checkpoint(tmp_path / "checkpoint-1", {**weights(1), "position_ids": torch.arange(5) + 1})
+    second = make_checkpoint(tmp_path / "checkpoint-2", weights(2))
+    with pytest.raises(ValueError, match="non-floating-point tensor 'position_ids' differs"):
+        average_checkpoints([first, second], tmp_path / "out")
+
+
+def test_other_argument_errors(three_checkpoints, tmp_path):
+    with pytest.raises(ValueError, match="no checkpoints"):
+        average_checkpoints([], tmp_path / "out")
+    with pytest.raises(ValueError, match="is one of the checkpoints"):
+        average_checkpoints(three_checkpoints, three_checkpoints[-1])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="neither model.safetensors nor model.safetensors.index.json"):
+        average_checkpoints([tmp_path / "empty"], tmp_path / "out")
+
+
+def leftovers(parent: Path) -> list[str]:
+    return sorted(p.name for p in parent.iterdir() if p.name.startswith(".out."))
+
+
+def existing_output(parent: Path) -> Path:
+    output = parent / "out"
+    output.mkdir()
+    (output / "marker.txt").write_text("previous average")
+    return output
+
+
+def test_failure_midway_leaves_existing_output_untouched(tmp_path):
+    first = make_checkpoint(tmp_path / "checkpoint-1", weights(1))
+    second = make_checkpoint(tmp_path / "checkpoint-2", {**weights(2), "decoder.weight": torch.zeros(5)})
+    output = existing_output(tmp_path)
+    with pytest.raises(ValueError, match="decoder.weight"):
+        average_checkpoints([first, second], output)
+    assert [p.name for p in output.iterdir()] == ["marker.txt"]
+    assert leftovers(tmp_path) == []
+
+
+@pytest.mark.parametrize("failing", ["save_file", "_copy_model_files"])
+def test_writer_failure_removes_staging_folder(three_checkpoints, tmp_path, monkeypatch, failing):
+    def fail(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(averaging, failing, fail)
+    output = existing_output(tmp_path)
+    with pytest.raises(OSError, match="disk full"):
+        average_checkpoints(three_checkpoints, output)
+    assert (output / "marker.txt").read_text() == "previous average"
+    assert leftovers(tmp_path) == []
+
+
+def test_failed_rename_restores_existing_output(three_checkpoints, tmp_path, monkeypatch):
+    output = existing_output(tmp_path)
+    rename = Path.rename
+
+    def fail_for_staging(self, target):
+        if self.name.startswith(".out.tmp-"):
+            raise OSError("rename failed")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", fail_for_staging)
+    with pytest.raises(OSError, match="rename failed"):
+        average_checkpoints(three_checkpoints, output)
+    assert [p.name for p in output.iterdir()] == ["marker.txt"]
+    assert leftovers(tmp_path) == []
+
+
+def test_existing_output_is_replaced_entirely(three_checkpoints, tmp_path):
+    output = existing_output(tmp_path)
+    average_checkpoints(three_checkpoints, output)
+    assert not (output / "marker.txt").exists() and (output / "model.safetensors").is_file()
+    assert leftovers(tmp_path) == []
+
+
+def run_script(*arguments):
+    command = [sys.executable, "scripts/average_checkpoints.py", *map(str, arguments)]
+    return subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture
+def script_main():
+    """The script's `main`, run in this process: a subprocess costs seconds of imports, so only one test pays it."""
+    return runpy.run_path(str(REPOSITORY / "scripts" / "average_checkpoints.py"))["main"]
+
+
+def test_cli_with_training_output_dir(three_checkpoints, tmp_path):
+    result = run_script("--output_dir_of_training", tmp_path, "--last", 2, "--output", tmp_path / "last2")
+    assert result.returncode == 0, result.stderr
+    assert "averaged 2 checkpoints" in result.stdout and "checkpoint-1" not in result.stdout
+    assert torch.equal(load_file(tmp_path / "last2" / "model.safetensors")["encoder.weight"], torch.full((2, 3), 2.5))
+
+
+def test_cli_with_explicit_folders(three_checkpoints, tmp_path, script_main, capsys):
+    script_main([*map(str, three_checkpoints[:2]), "--output", str(tmp_path / "first2")])
+    assert "averaged 2 checkpoints" in capsys.readouterr().out
+    assert torch.equal(load_file(tmp_path / "first2" / "model.safetensors")["encoder.weight"], torch.full((2, 3), 1.5))
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ([], "either checkpoint folders or --output_dir_of_training"),
+        (["checkpoint-1", "--output_dir_of_training", "runs", "--last", "2"], "not both"),
+        (["--output_dir_of_training", "runs"], "needs --last N"),
+        (["checkpoint-1", "--last", "2"], "--last only applies"),
+    ],
+)
+def test_cli_rejects_ambiguous_arguments(tmp_path, script_main, capsys, arguments, message):
+    with pytest.raises(SystemExit) as exit_info:
+        script_main([*arguments, "--output", str(tmp_path / "out")])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
