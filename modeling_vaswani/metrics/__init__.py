@@ -1,0 +1,21 @@
+"""Evaluation metrics shipped with the package as self-contained `evaluate` modules, so they load offline."""
+
+from pathlib import Path
+
+# The metric is a script for evaluate.load, not a module of this package: it must stay importable on its own.
+BLEU_PATH = Path(__file__).parent / "bleu" / "bleu.py"
+
+
+def load_bleu(**kwargs):
+    """Load the BLEU metric (sacreBLEU plus the paper's tokenized BLEU) from the installed package, without network.
+
+    Keyword arguments go to `evaluate.load` (e.g. `experiment_id`, `num_process`, `process_id` for distributed
+    evaluation).
+    """
+    # Imported here because evaluate is a "train" extra, not a dependency of the model itself.
+    import evaluate
+
+    return evaluate.load(str(BLEU_PATH), **kwargs)
+
+
+__all__ = ["BLEU_PATH", "load_bleu"]
