@@ -1,0 +1,15 @@
+import pytest
+from hub_server import HubServer
+
+
+@pytest.fixture(scope="session")
+def hub_server(tmp_path_factory):
+    """A Hub-compatible server on 127.0.0.1, shared by the session: give each test its own repo names."""
+    with HubServer(tmp_path_factory.mktemp("hub")) as server:
+        yield server
+
+
+@pytest.fixture
+def hub_env(hub_server, tmp_path):
+    """Environment for a client subprocess (see `hub_server.run_client`) using `hub_server`, with its own HF_HOME."""
+    return hub_server.client_env(tmp_path / "hf_home")
