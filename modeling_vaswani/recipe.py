@@ -1,0 +1,198 @@
+"""The whole job behind scripts/train.py: data, tokenizer, model, Seq2SeqTrainer, averaging, test BLEU, plots.
+
+With no arguments it trains the "small" preset on the shipped Multi30k En->De; every Seq2SeqTrainingArguments flag
+and the flags below change it.
+"""
+
+import json
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from datasets import DatasetDict
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
+
+from .data import load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
+from .modeling_vaswani import VaswaniForConditionalGeneration
+from .plotting import plot_training_curves
+from .tokenizer import train_tokenizer
+from .training import PRESETS, VaswaniTrainer, VaswaniTrainingArguments, preset_config
+from .translation import bleu, translate
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    preset: str = field(default="small", metadata={"help": f"model preset: {', '.join(PRESETS)} (Table 3)"})
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "continue from a checkpoint (folder or Hub id) instead of a new model"}
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "an existing tokenizer; default: the checkpoint's, else one trained here"}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "size of the BPE vocabulary trained when none is given"})
+    dropout: float | None = field(default=None, metadata={"help": "P_drop; default: the preset's"})
+
+
+@dataclass
+class DataArguments:
+    source_lang: str = field(default="en", metadata={"help": "source language code"})
+    target_lang: str = field(default="de", metadata={"help": "target language code"})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "a Hub dataset (e.g. wmt14) or a folder written by save_to_disk"}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration (e.g. de-en)"})
+    train_source_file: str | None = field(default=None, metadata={"help": "plain text, one sentence a line"})
+    train_target_file: str | None = field(default=None, metadata={"help": "aligned line by line with the source"})
+    validation_source_file: str | None = field(default=None)
+    validation_target_file: str | None = field(default=None)
+    test_source_file: str | None = field(default=None)
+    test_target_file: str | None = field(default=None)
+    train_file: str | None = field(default=None, metadata={"help": "jsonl or csv of translation pairs"})
+    validation_file: str | None = field(default=None)
+    test_file: str | None = field(default=None)
+    validation_split: str = field(default="validation", metadata={"help": "split name (Hub: e.g. validation)"})
+    test_split: str = field(default="test", metadata={"help": "split name scored at the end (Hub: e.g. test)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "use only the first N validation and test pairs (quick runs)"}
+    )
+    max_length: int | None = field(
+        default=None,
+        metadata={"help": "drop (and count in the log) training pairs with more tokens on either side"},
+    )
+    eval_batch_size_sentences: int = field(default=64, metadata={"help": "sentences per batch when translating"})
+
+
+def parse_arguments(argv=None) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
+    """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win)."""
+    parser = HfArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
+    preset_parser = HfArgumentParser(ModelArguments)
+    model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if model_args.preset not in PRESETS:
+        raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")
+    defaults = dict(PRESETS[model_args.preset]["training"])
+    defaults.setdefault("output_dir", f"runs/{model_args.preset}")
+    parser.set_defaults(**defaults)
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def load_data(args: DataArguments) -> DatasetDict:
+    """The splits as a DatasetDict with the `translation` column; the shipped Multi30k when nothing is named."""
+    languages = {"source_lang": args.source_lang, "target_lang": args.target_lang}
+    if args.dataset_name:
+        data = load_hub_pairs(args.dataset_name, args.dataset_config_name, **languages)
+    elif args.train_source_file or args.train_file:
+        data = DatasetDict()
+        for split, source, target, table in (
+            ("train", args.train_source_file, args.train_target_file, args.train_file),
+            (args.validation_split, args.validation_source_file, args.validation_target_file, args.validation_file),
+            (args.test_split, args.test_source_file, args.test_target_file, args.test_file),
+        ):
+            if source:
+                if not target:
+                    raise ValueError(f"{split}: a source file ({source}) needs its target file")
+                data[split] = load_text_pairs(source, target, **languages)
+            elif table:
+                data[split] = load_table_pairs(table, **languages)
+    else:
+        data = load_multi30k(**languages)
+    if "train" not in data:
+        raise ValueError(f"no training split: the data has {list(data)}")
+    limits = {"train": args.max_train_samples, args.validation_split: args.max_eval_samples}
+    limits[args.test_split] = args.max_eval_samples
+    for split, limit in limits.items():
+        if limit is not None and split in data:
+            data[split] = data[split].select(range(min(limit, len(data[split]))))
+    return data
+
+
+def prepare_tokenizer(model_args: ModelArguments, train_split, source_lang: str, target_lang: str, output_dir: Path):
+    """An existing tokenizer, or one BPE vocabulary trained on both sides of the training data (Section 5.1)."""
+    name = model_args.tokenizer_name_or_path or model_args.model_name_or_path
+    if name:
+        return AutoTokenizer.from_pretrained(name)
+    with tempfile.TemporaryDirectory() as folder:
+        files = []
+        for language in (source_lang, target_lang):
+            path = Path(folder) / f"train.{language}"
+            path.write_text("\n".join(pair[language] for pair in train_split["translation"]) + "\n", encoding="utf-8")
+            files.append(path)
+        return train_tokenizer(files, vocab_size=model_args.vocab_size, output_dir=output_dir / "tokenizer")
+
+
+def sources_and_references(split, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
+    pairs = split["translation"]
+    return [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
+
+
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
+    """Trains, averages, translates the test split with the final model and scores it. Returns the results."""
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    data = load_data(data_args)
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    tokenizer = prepare_tokenizer(model_args, data["train"], source_lang, target_lang, output_dir)
+    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, max_length=data_args.max_length)
+    validation = data.get(data_args.validation_split)
+    if validation is not None:
+        validation = tokenize_pairs(validation, tokenizer, source_lang, target_lang)
+
+    if model_args.model_name_or_path:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+    else:
+        overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
+        model = VaswaniForConditionalGeneration(preset_config(model_args.preset, tokenizer, **overrides))
+    logger.info("model: %s parameters", f"{model.num_parameters():,}")
+
+    trainer = VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=validation,
+        processing_class=tokenizer,
+        compute_metrics=lambda prediction: validation_bleu(prediction, tokenizer),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(str(output_dir))
+    results = {"train": {k: v for k, v in trainer.state.log_history[-1].items()}}
+    if trainer.is_world_process_zero():
+        if any("loss" in entry for entry in trainer.state.log_history):
+            plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
+        else:
+            logger.warning("no training loss was logged (logging_steps > steps run): no training_curves.png")
+
+    final_dir = output_dir / "averaged" if training_args.average_last_checkpoints else output_dir
+    if trainer.is_world_process_zero() and data_args.test_split in data:
+        final_model = AutoModelForSeq2SeqLM.from_pretrained(final_dir).to(training_args.device)
+        sources, references = sources_and_references(data[data_args.test_split], source_lang, target_lang)
+        hypotheses = translate(
+            final_model,
+            tokenizer,
+            sources,
+            batch_size=data_args.eval_batch_size_sentences,
+            paper_decoding=training_args.paper_decoding,
+        )
+        (final_dir / f"{data_args.test_split}.hyp.{target_lang}").write_text("\n".join(hypotheses) + "\n")
+        results["test"] = bleu(hypotheses, references)
+        tokenizer.save_pretrained(final_dir)
+        (final_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    results["model_dir"] = str(final_dir)
+    return results
+
+
+def validation_bleu(prediction, tokenizer) -> dict:
+    """compute_metrics for the Trainer: BLEU of the generated validation translations against the decoded labels."""
+    predictions = prediction.predictions
+    labels = prediction.label_ids
+    predictions = predictions.copy()
+    predictions[predictions < 0] = tokenizer.pad_token_id
+    labels = labels.copy()
+    labels[labels < 0] = tokenizer.pad_token_id
+    scores = bleu(
+        tokenizer.batch_decode(predictions, skip_special_tokens=True),
+        tokenizer.batch_decode(labels, skip_special_tokens=True),
+    )
+    return {"sacrebleu": scores["sacrebleu"], "tokenized_bleu": scores["tokenized_bleu"]}

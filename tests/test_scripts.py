@@ -1,0 +1,122 @@
+"""The command-line scripts end to end on the shipped data: train, resume after SIGKILL, translate, plot, score."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from training_setup import REPO, tiny_checkpoint
+
+SCRIPTS = REPO / "scripts"
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+def script(name: str, *arguments, cwd, check=True, **kwargs):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, str(SCRIPTS / name), *map(str, arguments)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
+    return result
+
+
+def test_main_job_end_to_end(tmp_path):
+    """train.py as a user runs it (tokenizer trained here, small preset), then translate.py and plot_attention.py."""
+    run = tmp_path / "run"
+    trained = script(
+        "train.py",
+        "--output_dir", run, "--max_steps", 30, "--warmup_steps", 10, "--save_steps", 10,
+        "--average_last_checkpoints", 2, "--max_tokens", 600, "--max_train_samples", 2000, "--vocab_size", 600,
+        "--max_eval_samples", 24, "--logging_steps", 5, "--disable_tqdm", "true",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert "sacreBLEU" in trained.stdout and "tokenized BLEU" in trained.stdout
+    model_dir = run / "averaged"
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert (run / "training_curves.png").stat().st_size > 10_000
+    assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 24
+    assert list((run / "runs").rglob("events.out.tfevents.*")), "no TensorBoard log"
+    averaged = load_file(model_dir / "model.safetensors")
+    last_two = [load_file(run / f"checkpoint-{step}" / "model.safetensors") for step in (20, 30)]
+    assert all(torch.allclose(averaged[k], (last_two[0][k] + last_two[1][k]) / 2, atol=1e-6) for k in averaged)
+
+    sentences = "A man rides a bike.\nTwo dogs play in the snow.\nA girl in a red dress.\n"
+    (tmp_path / "input.en").write_text(sentences)
+    script("translate.py", model_dir, "--input", tmp_path / "input.en", "--output", tmp_path / "out.de", cwd=tmp_path)
+    assert len((tmp_path / "out.de").read_text().splitlines()) == 3
+    piped = script("translate.py", model_dir, "--num_beams", 2, cwd=tmp_path, input=sentences)
+    assert len(piped.stdout.splitlines()) == 3
+
+    plotted = script(
+        "plot_attention.py", model_dir, "A man rides a bike.", "--layers", 0, "--heads", 0, 1,
+        "--output_dir", tmp_path / "maps", cwd=tmp_path,
+    )  # fmt: skip
+    files = sorted(path.name for path in (tmp_path / "maps").glob("*.png"))
+    assert files == sorted(f"{kind}_layer0_head{h}.png" for kind in ("encoder", "decoder", "cross") for h in (0, 1))
+    assert len(plotted.stdout.splitlines()) == 6
+
+
+def test_bad_input_is_refused_with_a_clear_message(tmp_path, checkpoint):
+    (tmp_path / "input.en").write_text("A man.\n\nA dog.\n")
+    result = script("translate.py", checkpoint, "--input", tmp_path / "input.en", cwd=tmp_path, check=False)
+    assert result.returncode != 0 and "sentence 2 is empty" in result.stderr
+    (tmp_path / "short.de").write_text("Ein Mann.\n")
+    (tmp_path / "long.en").write_text("A man.\nA dog.\n")
+    result = script(
+        "train.py", "--model_name_or_path", checkpoint, "--output_dir", tmp_path / "run",
+        "--train_source_file", tmp_path / "long.en", "--train_target_file", tmp_path / "short.de",
+        cwd=tmp_path, check=False,
+    )  # fmt: skip
+    assert result.returncode != 0
+    assert "long.en" in result.stderr and "short.de" in result.stderr and "2" in result.stderr
+
+
+def test_resume_after_sigkill_loses_only_the_steps_since_the_last_checkpoint(checkpoint, tmp_path):
+    flags = [
+        "--model_name_or_path", checkpoint, "--max_steps", 150, "--save_steps", 25, "--max_tokens", 800,
+        "--max_train_samples", 3000, "--warmup_steps", 20, "--learning_rate", 3e-3, "--logging_steps", 25,
+        "--test_split", "none", "--validation_split", "none", "--report_to", "none", "--disable_tqdm", "true",
+        "--seed", 3,
+    ]  # fmt: skip
+    script("train.py", "--output_dir", tmp_path / "straight", *flags, cwd=tmp_path)
+
+    killed_dir = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, str(SCRIPTS / "train.py"), "--output_dir", str(killed_dir), *map(str, flags)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    deadline = time.monotonic() + 240
+    while not (killed_dir / "checkpoint-50").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    assert process.wait() == -signal.SIGKILL
+    complete = sorted(killed_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    assert complete and not (killed_dir / "checkpoint-150").exists()  # it died mid-run
+    for folder in complete:  # whatever moment the kill hit, no checkpoint folder is half-written
+        assert (folder / "trainer_state.json").exists() and (folder / "model.safetensors").exists()
+
+    script("train.py", "--output_dir", killed_dir, "--resume_from_checkpoint", complete[-1], *flags, cwd=tmp_path)
+    straight = load_file(tmp_path / "straight" / "model.safetensors")
+    resumed = load_file(killed_dir / "model.safetensors")
+    difference = max((straight[k] - resumed[k]).abs().max().item() for k in straight)
+    assert difference < 1e-6, f"resumed run differs from the uninterrupted one by {difference}"

@@ -1,0 +1,124 @@
+"""The training recipe of Section 5 on Seq2SeqTrainer: defaults, Equation 3, token batches, averaging, saving."""
+
+import pytest
+import torch
+from training_setup import tiny_checkpoint, tokenized_slice
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers.trainer_utils import get_last_checkpoint
+
+from modeling_vaswani.averaging import average_checkpoints
+from modeling_vaswani.training import VaswaniTrainer, VaswaniTrainingArguments, preset_config
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+def make_trainer(checkpoint, output_dir, examples: int = 200, **overrides) -> VaswaniTrainer:
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+    settings = dict(output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+    args = VaswaniTrainingArguments(**{**settings, **overrides})
+    return VaswaniTrainer(
+        model=model, args=args, train_dataset=tokenized_slice(tokenizer, examples), processing_class=tokenizer
+    )
+
+
+def test_defaults_are_the_papers_recipe(tmp_path):
+    args = VaswaniTrainingArguments(output_dir=str(tmp_path))
+    assert (args.adam_beta1, args.adam_beta2, args.adam_epsilon) == (0.9, 0.98, 1e-9)  # Section 5.3
+    assert args.warmup_steps == 4000 and args.paper_schedule  # Equation 3
+    assert args.weight_decay == 0.0 and args.max_grad_norm == 0.0  # no decay, no clipping
+    assert args.label_smoothing_factor == 0.1  # Section 5.4
+
+
+def test_learning_rate_follows_equation_3(checkpoint, tmp_path):
+    warmup, d_model = 10, 32
+    trainer = make_trainer(checkpoint, tmp_path, warmup_steps=warmup, max_steps=40)
+    trainer.create_optimizer_and_scheduler(num_training_steps=40)
+    optimizer, scheduler = trainer.optimizer, trainer.lr_scheduler
+    assert optimizer.defaults["betas"] == (0.9, 0.98) and optimizer.defaults["eps"] == 1e-9
+    assert all(group["weight_decay"] == 0.0 for group in optimizer.param_groups)  # AdamW without decay: Adam
+    for step in range(1, 41):  # the paper counts steps from 1
+        expected = d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+        assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-9), step
+        optimizer.step()
+        scheduler.step()
+
+
+def test_explicit_peak_learning_rate_keeps_the_shape(checkpoint, tmp_path):
+    trainer = make_trainer(checkpoint, tmp_path, warmup_steps=4, learning_rate=1e-3, max_steps=10)
+    trainer.create_optimizer_and_scheduler(num_training_steps=10)
+    rates = []
+    for _ in range(8):
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+        trainer.optimizer.step()
+        trainer.lr_scheduler.step()
+    assert rates == pytest.approx([1e-3 * min(s / 4, (4 / s) ** 0.5) for s in range(1, 9)])
+    assert max(rates) == pytest.approx(1e-3)
+
+
+def test_token_budget_batches_through_the_trainer(checkpoint, tmp_path):
+    trainer = make_trainer(checkpoint, tmp_path, examples=300, max_tokens=240)
+    dataset = trainer.train_dataset
+    seen = []
+    for batch in trainer.get_train_dataloader():
+        assert batch["input_ids"].numel() <= 240 and batch["labels"].numel() <= 240  # padded sizes
+        assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1].clamp(min=1))
+        seen.extend(int(n) for n in batch["attention_mask"].sum(-1))
+    assert sorted(seen) == sorted(len(ids) for ids in dataset["input_ids"])  # every example once
+
+
+def test_averaging_real_checkpoints_keeps_the_tie(tmp_path):
+    for step, seed in ((1, 1), (2, 2)):
+        tiny_checkpoint(tmp_path / f"checkpoint-{step}", seed=seed, lines=300)
+    average_checkpoints([tmp_path / "checkpoint-1", tmp_path / "checkpoint-2"], tmp_path / "averaged")
+    first, second, averaged = (
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path / name) for name in ("checkpoint-1", "checkpoint-2", "averaged")
+    )
+    expected = (first.model.shared.weight.double() + second.model.shared.weight.double()) / 2
+    assert torch.allclose(averaged.model.shared.weight.double(), expected, atol=1e-7)
+    assert averaged.lm_head.weight is averaged.model.shared.weight
+    layer = "model.decoder.layers.1.feed_forward.w2.weight"
+    mean = (first.state_dict()[layer] + second.state_dict()[layer]) / 2
+    assert torch.allclose(averaged.state_dict()[layer], mean, atol=1e-7)
+
+
+def test_training_averages_the_last_checkpoints(checkpoint, tmp_path):
+    trainer = make_trainer(checkpoint, tmp_path, max_steps=4, save_steps=1, average_last_checkpoints=3, max_tokens=200)
+    trainer.train()
+    weights = [
+        AutoModelForSeq2SeqLM.from_pretrained(tmp_path / f"checkpoint-{step}").state_dict() for step in (2, 3, 4)
+    ]
+    averaged = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "averaged").state_dict()
+    for name, tensor in averaged.items():
+        assert torch.allclose(tensor, sum(w[name] for w in weights) / 3, atol=1e-6), name
+
+
+def test_a_failed_save_leaves_no_checkpoint(checkpoint, tmp_path, monkeypatch):
+    trainer = make_trainer(checkpoint, tmp_path, max_steps=2, save_steps=1, max_tokens=200)
+    saves = {"count": 0}
+    original = trainer._save_rng_state
+
+    def fail_on_second_save(output_dir):
+        saves["count"] += 1
+        if saves["count"] == 2:
+            raise RuntimeError("disk full")
+        return original(output_dir)
+
+    monkeypatch.setattr(trainer, "_save_rng_state", fail_on_second_save)
+    with pytest.raises(RuntimeError, match="disk full"):
+        trainer.train()
+    assert (tmp_path / "checkpoint-1" / "trainer_state.json").exists()
+    assert not (tmp_path / "checkpoint-2").exists()  # the half-written one stays under its temporary name
+    assert get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-1")
+
+
+def test_preset_config_takes_the_tokenizers_vocabulary(checkpoint):
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    config = preset_config("base", tokenizer)
+    assert config.vocab_size == len(tokenizer) and config.d_model == 512
+    assert (config.pad_token_id, config.eos_token_id) == (tokenizer.pad_token_id, tokenizer.eos_token_id)
+    with pytest.raises(ValueError, match="huge"):
+        preset_config("huge")
