@@ -69,7 +69,7 @@ class DataArguments:
 def parse_arguments(argv=None) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
     """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win)."""
     parser = HfArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
-    preset_parser = HfArgumentParser(ModelArguments)
+    preset_parser = HfArgumentParser(ModelArguments, add_help=False)  # --help is for the full parser below
     model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if model_args.preset not in PRESETS:
         raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")

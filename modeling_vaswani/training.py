@@ -86,7 +86,7 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     )
     paper_schedule: bool = field(
         default=True,
-        metadata={"help": "Equation 3's schedule; with --nopaper_schedule, --lr_scheduler_type applies as usual"},
+        metadata={"help": "Equation 3's schedule; --no_paper_schedule gives --lr_scheduler_type back"},
     )
     max_tokens: int | None = field(
         default=None,

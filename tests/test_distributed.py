@@ -95,3 +95,19 @@ def test_train_script_under_accelerate_launch(checkpoint, tmp_path):
     result = run([*launch, str(REPO / "scripts" / "train.py"), *flags], tmp_path)
     assert "sacreBLEU" in result.stdout
     assert (tmp_path / "run" / "model.safetensors").exists()
+
+
+@pytest.mark.parametrize("name", ["ddp", "fsdp", "deepspeed_zero2"])
+def test_shipped_accelerate_configs_load(name):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    import modeling_vaswani.modeling_vaswani as modeling
+
+    config = load_config_from_file(str(REPO / "scripts" / "accelerate" / f"{name}.yaml"))
+    expected = {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed_zero2": "DEEPSPEED"}[name]
+    assert config.distributed_type.value == expected and config.mixed_precision == "bf16"
+    if name == "fsdp":
+        for layer in config.fsdp_config["fsdp_transformer_layer_cls_to_wrap"].split(","):
+            assert hasattr(modeling, layer), f"{layer} is not a layer class of the model"
+    if name == "deepspeed_zero2":
+        assert config.deepspeed_config["zero_stage"] == 2
