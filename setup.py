@@ -29,5 +29,6 @@ setup(
             "matplotlib>=3.8",
         ],
         "dev": ["pytest>=8.0", "ruff>=0.6", "tox>=4.0"],
+        "bench": ["ctranslate2>=4.0"],  # scripts/benchmark.py's third implementation
     },
 )

@@ -1,13 +1,17 @@
 """modeling_vaswani: the Transformer of "Attention Is All You Need" (Vaswani et al. 2017) as a transformers model.
 
 Importing the package registers the classes with transformers' Auto classes, and marks them for remote code so that
-`save_pretrained` and `push_to_hub` write the `auto_map` and copy the model's code into the checkpoint.
+`save_pretrained` and `push_to_hub` write the `auto_map` and copy the model's code into the checkpoint. It also
+registers the translation pipeline: `pipeline("vaswani-translation", model=...)`.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vaswani import VaswaniConfig
 from .modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
+from .pipeline_vaswani import TASK as TRANSLATION_TASK
+from .pipeline_vaswani import VaswaniTranslationPipeline
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig)
 AutoModel.register(VaswaniConfig, VaswaniModel)
@@ -17,4 +21,16 @@ VaswaniConfig.register_for_auto_class()
 VaswaniModel.register_for_auto_class("AutoModel")
 VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
-__all__ = ["VaswaniConfig", "VaswaniPreTrainedModel", "VaswaniModel", "VaswaniForConditionalGeneration"]
+PIPELINE_REGISTRY.register_pipeline(
+    TRANSLATION_TASK, pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM
+)
+# Checkpoints declare this pipeline as remote code (`custom_pipelines`); here the installed class serves it.
+VaswaniConfig.installed_pipelines = frozenset({TRANSLATION_TASK})
+
+__all__ = [
+    "VaswaniConfig",
+    "VaswaniPreTrainedModel",
+    "VaswaniModel",
+    "VaswaniForConditionalGeneration",
+    "VaswaniTranslationPipeline",
+]

@@ -68,7 +68,17 @@ class VaswaniConfig(PreTrainedConfig):
     use_cache: bool = True
     is_encoder_decoder: bool = True
 
+    # Pipeline tasks whose class is installed in this process: the package sets {"vaswani-translation"} when it
+    # registers its pipeline. A checkpoint's `custom_pipelines` entry for such a task is not loaded: transformers'
+    # pipeline() would otherwise demand trust_remote_code for the checkpoint's copy of code that is installed. The
+    # copy of this class loaded as remote code keeps the entry, which is how the pipeline works without the package.
+    installed_pipelines = frozenset()
+
     def __post_init__(self, **kwargs):
+        declared = kwargs.pop("custom_pipelines", None) or {}
+        remote = {task: spec for task, spec in declared.items() if task not in self.installed_pipelines}
+        if remote:
+            kwargs["custom_pipelines"] = remote
         super().__post_init__(**kwargs)
         self._check()
 

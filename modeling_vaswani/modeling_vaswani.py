@@ -7,6 +7,8 @@ Where we follow tensor2tensor (the paper's code) rather than the paper's text, t
 """
 
 import math
+import shutil
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -264,6 +266,13 @@ class DecoderLayer(GradientCheckpointingLayer):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+# The translation pipeline's file sits beside this one, in the package and in checkpoints alike; config.json names it.
+PIPELINE_FILE = Path(__file__).with_name("pipeline_vaswani.py")
+CUSTOM_PIPELINES = {
+    "vaswani-translation": {"impl": "pipeline_vaswani.VaswaniTranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
+}
+
+
 class VaswaniPreTrainedModel(PreTrainedModel):
     config: VaswaniConfig
     base_model_prefix = "model"
@@ -296,14 +305,22 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         # transformers writes only this class's own Auto class into `auto_map`; name both model classes, so that
-        # AutoModel and AutoModelForSeq2SeqLM can each load any Vaswani checkpoint as remote code.
+        # AutoModel and AutoModelForSeq2SeqLM can each load any Vaswani checkpoint as remote code. The translation
+        # pipeline, whose file travels beside this one, is declared too, so that every save (the Trainer's pushes
+        # included) works with pipeline("vaswani-translation", trust_remote_code=True) where the package is absent.
+        with_pipeline = self.is_remote_code() and PIPELINE_FILE.exists()
         if self.is_remote_code():
             auto_map = dict(getattr(self.config, "auto_map", None) or {})
             for cls in (VaswaniModel, VaswaniForConditionalGeneration):
                 if cls._auto_class is not None:
                     auto_map[cls._auto_class] = f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
             self.config.auto_map = auto_map
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        if with_pipeline:
+            self.config.custom_pipelines = CUSTOM_PIPELINES
+        result = super().save_pretrained(save_directory, *args, **kwargs)
+        if with_pipeline and kwargs.get("is_main_process", True):
+            shutil.copyfile(PIPELINE_FILE, Path(save_directory) / PIPELINE_FILE.name)
+        return result
 
 
 # ---------------------------------------------------------------------------------------------------------------------

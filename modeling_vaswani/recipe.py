@@ -177,6 +177,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
         )
         (final_dir / f"{data_args.test_split}.hyp.{target_lang}").write_text("\n".join(hypotheses) + "\n")
         results["test"] = bleu(hypotheses, references)
+        # Through the Trainer's loggers, so the final BLEU lands in TensorBoard beside the training curves.
+        trainer.log({f"{data_args.test_split}_sacrebleu": results["test"]["sacrebleu"]})
         tokenizer.save_pretrained(final_dir)
         (final_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     results["model_dir"] = str(final_dir)

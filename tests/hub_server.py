@@ -287,6 +287,7 @@ class HubRequestHandler(BaseHTTPRequestHandler):
     def dispatch(self):
         url = urlsplit(self.path)
         self.query = parse_qs(url.query)
+        self.hub.request_log.append((self.command, url.path))
         try:
             # Small bodies are read up front so an error answer never leaves an unread body on a kept-alive socket.
             self.body = self.read_body() if self.command == "POST" else b""
@@ -612,7 +613,8 @@ class _ThreadingServer(ThreadingHTTPServer):
 class HubServer:
     """The server on 127.0.0.1 in a background thread: `with HubServer(root) as hub: ... hub.url ...`.
 
-    `commit_log` and `lfs_log` record what clients sent, so a test can tell what a push actually uploaded.
+    `commit_log` and `lfs_log` record what clients sent, so a test can tell what a push actually uploaded;
+    `request_log` holds the method and path of every request received, in order.
     """
 
     def __init__(self, root_dir, host="127.0.0.1", port=0, username="user", verbose=False):
@@ -621,6 +623,7 @@ class HubServer:
         self.lock = threading.Lock()  # serialises every change of refs
         self.commit_log: list[dict] = []
         self.lfs_log: list[dict] = []
+        self.request_log: list[tuple[str, str]] = []
         self.httpd = None
         self.thread = None
 

@@ -86,6 +86,8 @@ def test_train_script_under_accelerate_launch(checkpoint, tmp_path):
         "2",
         "--save_strategy",
         "no",
+        "--average_last_checkpoints",
+        "0",
         "--report_to",
         "none",
         "--use_cpu",

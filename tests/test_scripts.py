@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 from safetensors.torch import load_file
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from training_setup import REPO, tiny_checkpoint
 
 SCRIPTS = REPO / "scripts"
@@ -52,7 +53,12 @@ def test_main_job_end_to_end(tmp_path):
     assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert (run / "training_curves.png").stat().st_size > 10_000
     assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 24
-    assert list((run / "runs").rglob("events.out.tfevents.*")), "no TensorBoard log"
+    tags = set()
+    for events in (run / "runs").rglob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        tags.update(accumulator.Tags()["scalars"])
+    assert {"train/loss", "train/learning_rate", "test/sacrebleu"} <= tags, tags
     averaged = load_file(model_dir / "model.safetensors")
     last_two = [load_file(run / f"checkpoint-{step}" / "model.safetensors") for step in (20, 30)]
     assert all(torch.allclose(averaged[k], (last_two[0][k] + last_two[1][k]) / 2, atol=1e-6) for k in averaged)

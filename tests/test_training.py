@@ -122,3 +122,10 @@ def test_preset_config_takes_the_tokenizers_vocabulary(checkpoint):
     assert (config.pad_token_id, config.eos_token_id) == (tokenizer.pad_token_id, tokenizer.eos_token_id)
     with pytest.raises(ValueError, match="huge"):
         preset_config("huge")
+
+
+def test_averaging_without_checkpoints_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="save_strategy"):
+        VaswaniTrainingArguments(output_dir=str(tmp_path), average_last_checkpoints=5, save_strategy="no")
+    with pytest.raises(ValueError, match="save_total_limit"):
+        VaswaniTrainingArguments(output_dir=str(tmp_path), average_last_checkpoints=5, save_total_limit=3)

@@ -1,0 +1,356 @@
+"""Sharing a checkpoint on the Hugging Face Hub: validation, the model card, and the push (scripts/push_to_hub.py).
+
+A checkpoint folder is checked before anything is uploaded: a Vaswani config.json, safetensors weights (one file or
+a complete sharded index), and a tokenizer that fits the model. Its model card is rendered from model_cards/ with the
+checkpoint's real configuration and its measured results (results.json, written by scripts/train.py); a template
+field without a value is an error, so no placeholder ever reaches the Hub. A checkpoint without results.json is
+refused unless the card is asked for without its evaluation section (`with_results=False`, `--no_results`).
+
+The push uploads a staging copy of the folder's top-level files (subfolders such as checkpoint-N stay local) with the
+card as README.md, the model's code and pipeline from this package, and config.json naming them (`auto_map`,
+`custom_pipelines`), so that the repository loads with `trust_remote_code=True` where the package is not installed.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from huggingface_hub import HfApi, ModelCard
+from safetensors import safe_open
+from transformers import AutoTokenizer
+
+from .configuration_vaswani import VaswaniConfig
+from .modeling_vaswani import CUSTOM_PIPELINES, VaswaniForConditionalGeneration, VaswaniModel
+from .pipeline_vaswani import VaswaniTranslationPipeline
+
+TEMPLATES = Path(__file__).resolve().parent.parent / "model_cards"
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+RESULTS = "results.json"
+# The card's result fields and where results.json (as scripts/train.py writes it) holds them.
+RESULT_FIELDS = {
+    "sacrebleu": ("test", "sacrebleu"),
+    "signature": ("test", "signature"),
+    "tokenized_bleu": ("test", "tokenized_bleu"),
+    "tokenized_bleu_signature": ("test", "tokenized_bleu_signature"),
+    "train_steps": ("train", "step"),
+}
+# Written into the staging folder from this package, replacing whatever the checkpoint holds.
+REPLACED = {"README.md", "config.json"}
+FIELD = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+# A block kept only when its condition holds: "{{#results}}" ... "{{/results}}", each marker on a line of its own.
+SECTION = re.compile(r"^\{\{#(\w+)\}\}\n(.*?)^\{\{/\1\}\}\n", re.MULTILINE | re.DOTALL)
+
+
+class CheckpointError(ValueError):
+    """A folder that cannot be pushed as it is: the message names the folder and what is wrong or missing."""
+
+
+@dataclass(frozen=True)
+class EvaluationSet:
+    """Where the BLEU in results.json was measured (results.json does not say); the default is the paper's."""
+
+    dataset_id: str = "wmt14"
+    dataset_config: str = "de-en"
+    dataset_split: str = "test"
+    dataset_name: str = "WMT14 English-German, newstest2014"
+    source_lang: str = "en"
+    target_lang: str = "de"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    folder: Path
+    config: VaswaniConfig
+    parameters: int
+    results: dict | None
+
+
+def code_module(cls) -> str:
+    """The flat module name a class has in a checkpoint: its file's name, as save_pretrained writes auto_map."""
+    return cls.__module__.rsplit(".", 1)[-1]
+
+
+REMOTE_CODE = [VaswaniConfig, VaswaniModel, VaswaniForConditionalGeneration, VaswaniTranslationPipeline]
+AUTO_MAP = {
+    "AutoConfig": f"{code_module(VaswaniConfig)}.VaswaniConfig",
+    "AutoModel": f"{code_module(VaswaniModel)}.VaswaniModel",
+    "AutoModelForSeq2SeqLM": f"{code_module(VaswaniForConditionalGeneration)}.VaswaniForConditionalGeneration",
+}
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def validate_checkpoint(folder) -> Checkpoint:
+    """The checkpoint in `folder`, or CheckpointError naming what is missing or does not fit. Local files only."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder; expected a checkpoint written by save_pretrained")
+    config = load_config(folder)
+    parameters = count_parameters(folder)
+    check_tokenizer(folder, config)
+    return Checkpoint(folder, config, parameters, load_results(folder))
+
+
+def load_config(folder: Path) -> VaswaniConfig:
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder} has no config.json; expected a checkpoint written by save_pretrained")
+    values = read_json(path)
+    if values.get("model_type") != VaswaniConfig.model_type:
+        raise CheckpointError(
+            f"{path} is not a Vaswani config: model_type is {values.get('model_type')!r}, "
+            f"expected {VaswaniConfig.model_type!r}"
+        )
+    try:
+        return VaswaniConfig.from_json_file(path)
+    except ValueError as error:
+        raise CheckpointError(f"{path}: {error}") from error
+
+
+def read_json(path: Path) -> dict:
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} holds a {type(values).__name__}; expected a JSON object")
+    return values
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """model.safetensors, or every shard named by model.safetensors.index.json, all checked to exist."""
+    if (folder / WEIGHTS).is_file():
+        return [folder / WEIGHTS]
+    index = folder / WEIGHTS_INDEX
+    if not index.is_file():
+        raise CheckpointError(f"{folder} has no weights: expected {WEIGHTS} or {WEIGHTS_INDEX} with its shards")
+    shards = sorted(set(read_json(index).get("weight_map", {}).values()))
+    if not shards:
+        raise CheckpointError(f"{index} names no shards in its weight_map")
+    missing = [name for name in shards if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} lacks {len(missing)} of the {len(shards)} shards in {index.name}: {missing}")
+    return [folder / name for name in shards]
+
+
+def count_parameters(folder: Path) -> int:
+    """The number of parameters stored in the weights, read from the safetensors headers (the tied embedding matrix
+    is stored once, the sinusoid table not at all, so this is the model's parameter count)."""
+    total = 0
+    for path in weight_files(folder):
+        with safe_open(path, framework="pt") as weights:
+            total += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
+    return total
+
+
+def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
+    """The tokenizer must load and match the model: one id per embedding row, the same padding and end ids."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise CheckpointError(f"{folder} has no tokenizer: expected {' or '.join(TOKENIZER_FILES)}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{folder}: the tokenizer does not load: {error}") from error
+    if len(tokenizer) != config.vocab_size:
+        raise CheckpointError(
+            f"{folder}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is {config.vocab_size}"
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        if getattr(tokenizer, name) != getattr(config, name):
+            raise CheckpointError(
+                f"{folder}: the tokenizer's {name} is {getattr(tokenizer, name)} but config.json's is "
+                f"{getattr(config, name)}"
+            )
+
+
+def load_results(folder: Path) -> dict | None:
+    path = folder / RESULTS
+    return read_json(path) if path.is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The model card
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def template_for(config: VaswaniConfig, name: str | None = None) -> Path:
+    """model_cards/vaswani-{base,big}.md by `name`, else a template file's path; by default the big template for a
+    big-like model (d_model >= 1024), else the base one."""
+    if name is None:
+        name = "big" if config.d_model >= 1024 else "base"
+    path = TEMPLATES / f"vaswani-{name}.md" if name in ("base", "big") else Path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"model card template {path} not found; expected base, big or a template file")
+    return path
+
+
+def render_template(template: str, values: dict, sections: dict[str, bool]) -> str:
+    """Fills `{{field}}`s, keeps or drops `{{#section}}` blocks. Every field needs a value, None is none; in the YAML
+    front matter values are written as JSON scalars, which YAML reads back as the same strings and numbers."""
+
+    def section(match):
+        if match[1] not in sections:
+            raise CheckpointError(f"the template has a section {match[1]!r}; known sections: {sorted(sections)}")
+        return match[2] if sections[match[1]] else ""
+
+    text = SECTION.sub(section, template)
+    missing = sorted({match[1] for match in FIELD.finditer(text)} - {k for k, v in values.items() if v is not None})
+    if missing:
+        raise CheckpointError(f"the template has fields without a value: {missing}")
+    if not text.startswith("---\n") or "\n---\n" not in text[4:]:
+        raise CheckpointError("a model card template starts with YAML metadata between two '---' lines")
+    end = text.index("\n---\n", 4) + 5
+    metadata = FIELD.sub(lambda match: json.dumps(values[match[1]]), text[:end])
+    card = metadata + FIELD.sub(lambda match: str(values[match[1]]), text[end:])
+    if "{{" in card:
+        raise CheckpointError(f"template syntax left in the card: {card[card.index('{{') :][:40]!r}")
+    return card
+
+
+def card_values(checkpoint: Checkpoint, repo_id: str, test_set: EvaluationSet) -> dict:
+    """The template's fields: the checkpoint's configuration, its size, where it was tested (and its results)."""
+    config = checkpoint.config
+    return {
+        "repo_id": repo_id,
+        "model_name": repo_id.rsplit("/", 1)[-1],
+        "encoder_layers": config.encoder_layers,
+        "decoder_layers": config.decoder_layers,
+        "d_model": config.d_model,
+        "d_ff": config.d_ff,
+        "num_heads": config.num_heads,
+        "d_k": config.d_k,
+        "dropout": config.dropout,
+        "vocab_size": config.vocab_size,
+        "parameters": f"{checkpoint.parameters:,}",
+        **vars(test_set),
+    }
+
+
+def result_values(checkpoint: Checkpoint) -> dict:
+    """The scores and the training steps from results.json; CheckpointError if it has not all of them."""
+    if checkpoint.results is None:
+        raise CheckpointError(
+            f"{checkpoint.folder} has no {RESULTS}, so the model card would have no BLEU to report; "
+            "train with scripts/train.py (it writes one), or push a card without evaluation (--no_results)"
+        )
+    values = {}
+    for field, (part, key) in RESULT_FIELDS.items():
+        section = checkpoint.results.get(part)
+        values[field] = section.get(key) if isinstance(section, dict) else None
+    missing = [".".join(RESULT_FIELDS[field]) for field, value in values.items() if value is None]
+    if missing:
+        raise CheckpointError(
+            f"{checkpoint.folder / RESULTS} lacks {', '.join(missing)}; expected the results scripts/train.py writes"
+        )
+    for field in ("sacrebleu", "tokenized_bleu"):
+        values[field] = round(float(values[field]), 2)
+    return values
+
+
+def render_model_card(
+    checkpoint: Checkpoint,
+    repo_id: str,
+    test_set: EvaluationSet = EvaluationSet(),
+    with_results: bool = True,
+    template: str | None = None,
+) -> str:
+    """The README.md for `repo_id`, checked by huggingface_hub's own card parser (metadata and model-index).
+
+    With `with_results` (the default) the card reports the BLEU of results.json, which must be there; without, the
+    card has no evaluation section and no model-index.
+    """
+    values = card_values(checkpoint, repo_id, test_set)
+    if with_results:
+        values.update(result_values(checkpoint))
+    path = template_for(checkpoint.config, template)
+    try:
+        card = render_template(path.read_text(encoding="utf-8"), values, {"results": with_results})
+    except CheckpointError as error:
+        raise CheckpointError(f"model card template {path}: {error}") from error
+    check_card(card, with_results)
+    return card
+
+
+def check_card(card: str, with_results: bool) -> None:
+    """huggingface_hub's parser raises on malformed metadata or model-index; the evaluation must be there or not."""
+    try:
+        data = ModelCard(card).data
+    except ValueError as error:
+        raise CheckpointError(f"the rendered model card's metadata is invalid: {error}") from error
+    if bool(data.eval_results) != with_results:
+        expected = "a model-index with BLEU" if with_results else "no model-index"
+        raise CheckpointError(f"the rendered model card should have {expected}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The push
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def stage(checkpoint: Checkpoint, card: str, staging: Path) -> None:
+    """The files to upload: the checkpoint's top-level files, the card, this package's code and a config naming it."""
+    code = {Path(sys.modules[cls.__module__].__file__) for cls in REMOTE_CODE}
+    replaced = REPLACED | {path.name for path in code}
+    for path in sorted(checkpoint.folder.iterdir()):
+        if path.is_file() and not path.name.startswith(".") and path.name not in replaced:
+            link_or_copy(path, staging / path.name)
+    for path in code:
+        shutil.copyfile(path, staging / path.name)
+    config = read_json(checkpoint.folder / "config.json")
+    config.update(auto_map=AUTO_MAP, custom_pipelines=CUSTOM_PIPELINES)
+    (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (staging / "README.md").write_text(card, encoding="utf-8")
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    # Weights can be gigabytes: a hard link stages them for free where the file system allows it.
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def push_checkpoint(
+    folder,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    with_results: bool = True,
+    template: str | None = None,
+    test_set: EvaluationSet = EvaluationSet(),
+) -> str:
+    """Validates `folder`, renders its card, and uploads it to `repo_id` (created if needed; `private` applies only
+    then) on `revision`, a branch created from main if it does not exist. Returns the repository's URL.
+
+    Everything that can be wrong with the folder is found before the first request to the Hub. Files that did not
+    change since the last push are not uploaded again (the client compares hashes with the Hub's).
+    """
+    checkpoint = validate_checkpoint(folder)
+    card = render_model_card(checkpoint, repo_id, test_set, with_results, template)
+    api = HfApi()
+    with tempfile.TemporaryDirectory(prefix="vaswani-push-") as staging:
+        stage(checkpoint, card, Path(staging))
+        # Not private: None leaves the visibility to the Hub's default for the account, as the Trainer does.
+        url = api.create_repo(repo_id, private=private or None, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        api.upload_folder(
+            repo_id=repo_id,
+            folder_path=staging,
+            revision=revision,
+            commit_message=commit_message or f"Upload {checkpoint.folder.name} with push_to_hub.py",
+        )
+    return str(url)

@@ -1,0 +1,60 @@
+"""A translation pipeline for Vaswani checkpoints: `pipeline("vaswani-translation", model=...)`.
+
+transformers 5 removed its "translation" task (and refuses that name to any registered pipeline), so the package
+registers this one under "vaswani-translation", and pushed checkpoints declare it in config.json (`custom_pipelines`)
+for `trust_remote_code=True` where the package is not installed. Self-contained on purpose: it travels as remote code,
+copied flat beside the model's code, so it imports only transformers.
+"""
+
+from transformers import Pipeline
+
+TASK = "vaswani-translation"
+
+
+class VaswaniTranslationPipeline(Pipeline):
+    """Translates text with a Vaswani model and its tokenizer.
+
+    `pipe("A man rides a bike.")` returns `[{"translation_text": "..."}]`; a list of texts returns one such dict per
+    text, in order (a list of dicts per text with `num_return_sequences` > 1). `batch_size=N` (at creation or per call)
+    translates N texts per `generate()` call. Decoding is the paper's (Section 6.1: beam 4, GNMT length penalty 0.6,
+    at most input length + 50 tokens) unless `paper_decoding=False`; other `generate()` arguments (`num_beams`,
+    `length_penalty`, `max_new_tokens` without the paper's decoding, ...) pass through.
+    """
+
+    _load_tokenizer = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_video_processor = False
+    _pipeline_calls_generate = True
+
+    def __call__(self, inputs, **kwargs):
+        if isinstance(inputs, list) and not inputs:
+            return []
+        results = super().__call__(inputs, **kwargs)
+        # One dict per text for a list, as transformers 4's translation pipeline returned.
+        if isinstance(inputs, list) and all(len(result) == 1 for result in results):
+            return [result[0] for result in results]
+        return results
+
+    def _sanitize_parameters(self, paper_decoding=None, **generate_kwargs):
+        forward_params = dict(generate_kwargs)
+        if paper_decoding is not None:
+            forward_params["paper_decoding"] = paper_decoding
+        return {}, forward_params, {}
+
+    def preprocess(self, text):
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"expected a non-empty text to translate, got {text!r}")
+        return self.tokenizer(text, return_tensors="pt")
+
+    def _forward(self, model_inputs, paper_decoding=True, **generate_kwargs):
+        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
+        output_ids = self.model.generate(**model_inputs, paper_decoding=paper_decoding, **generate_kwargs)
+        # (texts, sequences per text, length): the pipeline's iterator hands postprocess one text at a time.
+        texts = model_inputs["input_ids"].shape[0]
+        return {"output_ids": output_ids.reshape(texts, -1, output_ids.shape[-1])}
+
+    def postprocess(self, model_outputs):
+        texts = self.tokenizer.batch_decode(model_outputs["output_ids"][0], skip_special_tokens=True)
+        return [{"translation_text": text} for text in texts]

@@ -1,0 +1,84 @@
+"""Training and generation speed of this model next to transformers' MarianMTModel and CTranslate2, in one run.
+
+The same shapes (6+6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 32000) and the same random weights in all
+three; each implementation and phase in a process of its own; the machine's matmul rate as the ceiling.
+
+python scripts/benchmark.py --quick --json benchmark.json   # a few minutes on a small CPU
+python scripts/benchmark.py                                 # more repetitions, the numbers to publish
+python scripts/benchmark.py --device cuda --dtype bfloat16
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from modeling_vaswani import benchmarking
+
+
+def choice(check):
+    """An argparse type from one of benchmarking's checks, so that a bad value is refused with the check's reason."""
+
+    def parse(text: str) -> str:
+        try:
+            return check(text)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+
+    return parse
+
+
+def parse_arguments(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions, the same shapes (under 3 minutes)")
+    parser.add_argument("--json", type=Path, help="also write the results, ratios and machine to this JSON file")
+    parser.add_argument("--device", type=choice(benchmarking.check_device), default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument(
+        "--dtype",
+        type=choice(benchmarking.check_dtype),
+        default="float32",
+        help=f"one of {', '.join(benchmarking.DTYPES)} (training: autocast over float32 weights)",
+    )
+    parser.add_argument(
+        "--implementations",
+        nargs="+",
+        choices=benchmarking.IMPLEMENTATIONS,
+        default=list(benchmarking.IMPLEMENTATIONS),
+        help="which to measure (default: all; ctranslate2 is skipped when not installed)",
+    )
+    parser.add_argument(
+        "--phases", nargs="+", choices=benchmarking.PHASES, default=list(benchmarking.PHASES), help="default: all"
+    )
+    parser.add_argument("--threads", type=int, help="CPU threads for torch and CTranslate2 (default: torch's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    # The mode each measurement runs in, in a process of its own; not for users.
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-output", help=argparse.SUPPRESS)
+    arguments = parser.parse_args(argv)
+    if arguments.threads is not None and arguments.threads < 1:
+        parser.error(f"--threads must be >= 1, got {arguments.threads}")
+    return arguments
+
+
+def main(argv=None) -> None:
+    arguments = parse_arguments(argv)
+    if arguments.worker:
+        benchmarking.worker_main(arguments.worker, arguments.worker_output)
+        return
+    report = benchmarking.run_benchmark(
+        Path(__file__).resolve(),
+        device=arguments.device,
+        dtype=arguments.dtype,
+        repetitions=benchmarking.QUICK if arguments.quick else benchmarking.FULL,
+        implementations=arguments.implementations,
+        phases=arguments.phases,
+        threads=arguments.threads,
+        seed=arguments.seed,
+    )
+    print(benchmarking.format_table(report))
+    if arguments.json:
+        arguments.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"results written to {arguments.json}")
+
+
+if __name__ == "__main__":
+    main()

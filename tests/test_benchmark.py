@@ -1,0 +1,247 @@
+"""scripts/benchmark.py and modeling_vaswani/benchmarking.py on tiny shapes: the Marian and CTranslate2 copies hold
+our weights, each phase returns well-formed numbers, generation makes exactly N tokens, the CLI refuses bad input.
+
+No timing is asserted: speed is what the benchmark shows, not what a unit test can check on a shared machine.
+"""
+
+import dataclasses
+import json
+import runpy
+
+import pytest
+import torch
+from tiny_models import EOS, padded_batch, tiny_model
+from torch.utils.flop_counter import FlopCounterMode
+from training_setup import REPO
+
+from modeling_vaswani import VaswaniForConditionalGeneration, benchmarking
+from modeling_vaswani.modeling_vaswani import sinusoids
+
+SCRIPT = REPO / "scripts" / "benchmark.py"
+TINY = benchmarking.Shapes(
+    vocab_size=61, d_model=32, layers=2, heads=4, d_ff=64, batch=3, source_length=5, target_length=4, new_tokens=6
+)
+ONCE = benchmarking.Repetitions(
+    warmup=dict.fromkeys(benchmarking.FULL.warmup, 0), timed=dict.fromkeys(benchmarking.FULL.timed, 1)
+)
+needs_ctranslate2 = pytest.mark.skipif(
+    benchmarking.ctranslate2_unavailable("cpu") is not None, reason="ctranslate2 is not installed"
+)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    with_ctranslate2 = benchmarking.ctranslate2_unavailable("cpu") is None
+    return benchmarking.prepare_models(
+        TINY, tmp_path_factory.mktemp("models"), seed=0, with_ctranslate2=with_ctranslate2
+    )
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny shapes on one thread: a second one only waits, and waits long when another job holds the other core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def script_main():
+    return runpy.run_path(str(SCRIPT))["main"]
+
+
+def tiny_pair():
+    model = tiny_model(seed=3, dropout=0.0)
+    return model, benchmarking.marian_copy(model).eval()
+
+
+def with_our_positions_and_epsilon(marian, model):
+    """The Marian copy with the two differences that are not weights removed: our interleaved sinusoid table and our
+    LayerNorm epsilon. What is left to differ is the weight mapping, which is what the tests check."""
+    with torch.no_grad():
+        for stack in (marian.model.encoder, marian.model.decoder):
+            stack.embed_positions.weight.copy_(sinusoids(*stack.embed_positions.weight.shape))
+    for module in marian.modules():
+        if isinstance(module, torch.nn.LayerNorm):
+            module.eps = model.config.layer_norm_eps
+    return marian
+
+
+def test_marian_copy_gives_our_logits_once_positions_agree():
+    model, marian = tiny_pair()
+    input_ids, attention_mask = padded_batch([7, 4, 6], seed=1)
+    decoder_input_ids, decoder_attention_mask = padded_batch([5, 3, 5], seed=2)
+    inputs = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_input_ids=decoder_input_ids,
+        decoder_attention_mask=decoder_attention_mask,
+    )
+    with torch.no_grad():
+        ours = model(**inputs).logits
+        before = marian(**inputs).logits
+        after = with_our_positions_and_epsilon(marian, model)(**inputs).logits
+    assert not torch.allclose(ours, before, atol=1e-3), "the positional layouts should differ before the swap"
+    torch.testing.assert_close(after, ours, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("beams", [1, 4])
+def test_marian_copy_runs_the_same_search(beams):
+    model, marian = tiny_pair()
+    marian = with_our_positions_and_epsilon(marian, model)
+    ours, theirs = (
+        benchmarking.generation_call(m, TINY, "cpu", "float32", batch=3, beams=beams)() for m in (model, marian)
+    )
+    assert torch.equal(ours, theirs)
+
+
+def test_mapping_refuses_a_weight_without_counterpart():
+    model, marian = tiny_pair()
+    model.extra = torch.nn.Linear(2, 2)
+    with pytest.raises(KeyError, match="no MarianMTModel weight for \\['extra.bias', 'extra.weight'\\]"):
+        benchmarking.marian_state_dict(model, marian)
+
+
+@needs_ctranslate2
+def test_ctranslate2_conversion_holds_the_marian_weights(folders):
+    """CTranslate2's scores of a target equal the Marian copy's, started like CTranslate2 from a zero embedding."""
+    import ctranslate2
+    from transformers import MarianMTModel
+
+    marian = MarianMTModel.from_pretrained(folders["marian"]).eval()
+    translator = ctranslate2.Translator(str(folders["ctranslate2"]), compute_type="float32", intra_threads=1)
+    names = json.loads((folders["ctranslate2"] / "shared_vocabulary.json").read_text())
+    assert len(names) == TINY.vocab_size and names[EOS] == "</s>"
+    source = benchmarking.token_batch(2, 6, TINY.vocab_size, EOS, seed=5)
+    target = benchmarking.token_batch(2, 4, TINY.vocab_size, EOS, seed=6)
+    scored = translator.score_batch(
+        [[names[i] for i in row] for row in source.tolist()], [[names[i] for i in row[:-1]] for row in target.tolist()]
+    )
+    embeddings = marian.get_input_embeddings()(target)
+    decoder_inputs_embeds = torch.cat([torch.zeros_like(embeddings[:, :1]), embeddings[:, :-1]], dim=1)
+    with torch.no_grad():
+        logits = marian(input_ids=source, decoder_inputs_embeds=decoder_inputs_embeds).logits
+    expected = logits.log_softmax(-1).gather(-1, target[..., None])[..., 0]
+    actual = torch.tensor([result.log_probs for result in scored])  # the target's tokens, then </s>
+    torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
+
+
+def eos_first(module, inputs, logits):
+    """A forward hook making </s> the likeliest next token everywhere."""
+    logits = logits.clone()
+    logits[..., EOS] += 100.0
+    return logits
+
+
+def test_generation_makes_exactly_n_tokens_even_when_eos_is_likeliest():
+    model = tiny_model(seed=7)
+    model.lm_head.register_forward_hook(eos_first)
+    input_ids, attention_mask = padded_batch([5, 5, 5], seed=8)
+    plain = model.generate(input_ids=input_ids, attention_mask=attention_mask, num_beams=1, max_new_tokens=6)
+    assert plain.shape[1] == 2  # the start token, then </s>
+    for beams in (1, 4):
+        generate = benchmarking.generation_call(model, TINY, "cpu", "float32", batch=3, beams=beams)
+        new = generate()
+        assert new.shape == (3, TINY.new_tokens) and not (new == EOS).any()
+
+
+@pytest.mark.parametrize("phase", benchmarking.PHASES)
+@pytest.mark.parametrize("implementation", benchmarking.IMPLEMENTATIONS)
+def test_each_phase_returns_well_formed_numbers(folders, implementation, phase):
+    if reason := benchmarking.skipped_reason(implementation, phase, "cpu"):
+        pytest.skip(reason)
+    spec = dict(
+        implementation=implementation,
+        phase=phase,
+        device="cpu",
+        dtype="float32",
+        threads=1,
+        shapes=dataclasses.asdict(TINY),
+        folder=str(folders[implementation]),
+        warmup=1,
+        repetitions=2,
+    )
+    result = benchmarking.run_phase(spec)
+    assert len(result["times_s"]) == 2 and all(t > 0 for t in result["times_s"])
+    assert result["median_s"] > 0
+    key = "ms_per_sentence" if phase == "latency" else "tokens_per_s"
+    assert result[key] > 0
+    assert result["peak_memory_mib"] is None or isinstance(result["peak_memory_mib"], float)
+    json.dumps(result)
+
+
+def test_training_flops_are_what_the_flop_counter_counts():
+    model = VaswaniForConditionalGeneration(benchmarking.vaswani_config(TINY)).train()
+    model.set_attn_implementation("eager")  # the counter does not see the CPU kernel of sdpa
+    source = benchmarking.token_batch(TINY.batch, TINY.source_length, TINY.vocab_size, EOS, seed=1)
+    labels = benchmarking.token_batch(TINY.batch, TINY.target_length, TINY.vocab_size, EOS, seed=2)
+    with FlopCounterMode(display=False) as counter:
+        model(input_ids=source, labels=labels).loss.backward()
+    assert counter.get_total_flops() == benchmarking.training_flops(TINY)
+
+
+def test_peak_memory_sees_an_allocation():
+    memory = benchmarking.PeakMemory("cpu").start()
+    block = torch.ones(16 * 2**20)  # 64 MiB of float32, written
+    peak = memory.peak_mib()
+    del block
+    if peak is not None:  # Linux only
+        assert peak >= 60
+
+
+def test_the_run_end_to_end_in_worker_processes():
+    """The orchestration through real `--worker` processes: the ceiling, one phase, the table and the JSON."""
+    lines = []
+    report = benchmarking.run_benchmark(
+        SCRIPT,
+        repetitions=ONCE,
+        implementations=["vaswani", "marian"],  # CTranslate2's phases are run in this process above
+        phases=["latency"],
+        shapes=TINY,
+        threads=1,
+        progress=lines.append,
+    )
+    assert len(lines) == 1 + 3 and lines[-1].startswith("[3/3] marian latency: ")
+    json.dumps(report)
+    assert report["ceiling"]["float32"]["gflops"] > 0
+    table = benchmarking.format_table(report)
+    assert "latency (batch 1)" in table and "ms/sentence" in table
+    ours, theirs = (report["results"][name]["latency"]["ms_per_sentence"] for name in ("vaswani", "marian"))
+    assert ours > 0 and theirs > 0
+    assert report["ratios"] == {"vaswani/marian": {"latency": pytest.approx(ours / theirs)}}
+    header = next(line for line in table.splitlines() if line.startswith("phase"))
+    assert header.split() == ["phase", "unit", "vaswani", "marian", "vaswani/marian"]
+
+
+def test_help_lists_the_options(script_main, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        script_main(["--help"])
+    assert exit_info.value.code == 0
+    help_text = capsys.readouterr().out
+    for option in ("--quick", "--json", "--device", "--dtype", "--implementations", "--phases", "--threads"):
+        assert option in help_text
+    assert "--worker" not in help_text
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--device", "tpu"], "unknown device 'tpu': expected cpu, cuda or cuda:N"),
+        (["--device", "meta"], "unsupported device 'meta'"),
+        (["--dtype", "float64"], "unknown dtype 'float64': expected one of float32, bfloat16, float16"),
+        (["--phases", "inference"], "invalid choice: 'inference'"),
+        (["--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_bad_arguments_are_refused_with_the_reason(script_main, capsys, arguments, message):
+    with pytest.raises(SystemExit) as exit_info:
+        script_main(arguments)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_cuda_is_refused(script_main, capsys):
+    with pytest.raises(SystemExit):
+        script_main(["--device", "cuda", "--dtype", "bfloat16"])
+    assert "CUDA is not available" in capsys.readouterr().err

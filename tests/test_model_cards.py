@@ -1,0 +1,225 @@
+"""Checkpoint validation, model card rendering and the staging folder of modeling_vaswani.hub, without a network."""
+
+import json
+import shutil
+
+import pytest
+import yaml
+from huggingface_hub import ModelCard, metadata_eval_result
+from training_setup import tiny_checkpoint
+from transformers import AutoModelForSeq2SeqLM
+
+from modeling_vaswani import VaswaniConfig
+from modeling_vaswani.hub import (
+    AUTO_MAP,
+    CUSTOM_PIPELINES,
+    TEMPLATES,
+    CheckpointError,
+    EvaluationSet,
+    render_model_card,
+    render_template,
+    stage,
+    template_for,
+    validate_checkpoint,
+)
+
+RESULTS = {
+    "train": {"step": 100000, "train_loss": 3.9},
+    "test": {
+        "sacrebleu": 26.6049,
+        "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+        "tokenized_bleu": 27.3151,
+        "tokenized_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a+compound-split|smooth:none|version:2.6.0",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    folder = tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "averaged")
+    (folder / "results.json").write_text(json.dumps(RESULTS))
+    return folder
+
+
+@pytest.fixture
+def checkpoint(saved, tmp_path):
+    """A copy of the saved checkpoint, free to break."""
+    return shutil.copytree(saved, tmp_path / "averaged")
+
+
+def edit_json(path, **values):
+    path.write_text(json.dumps({**json.loads(path.read_text()), **values}))
+
+
+def front_matter(card: str) -> dict:
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+# --- validation ---
+
+
+def test_a_valid_checkpoint_counts_the_models_parameters(checkpoint):
+    valid = validate_checkpoint(checkpoint)
+    assert valid.parameters == AutoModelForSeq2SeqLM.from_pretrained(checkpoint).num_parameters()
+    assert valid.config.d_model == 32 and valid.results == RESULTS
+
+
+def test_sharded_weights_count_the_same_and_need_every_shard(checkpoint):
+    unsharded = validate_checkpoint(checkpoint).parameters
+    AutoModelForSeq2SeqLM.from_pretrained(checkpoint).save_pretrained(checkpoint, max_shard_size="100KB")
+    (checkpoint / "model.safetensors").unlink()
+    shards = sorted(checkpoint.glob("model-*.safetensors"))
+    assert len(shards) > 1 and validate_checkpoint(checkpoint).parameters == unsharded
+    shards[0].unlink()
+    with pytest.raises(CheckpointError, match=rf"lacks 1 of the {len(shards)} shards .*{shards[0].name}"):
+        validate_checkpoint(checkpoint)
+
+
+@pytest.mark.parametrize(
+    "fault, message",
+    [
+        (lambda f: shutil.rmtree(f), "is not a folder"),
+        (lambda f: (f / "config.json").unlink(), "has no config.json"),
+        (lambda f: (f / "config.json").write_text("{"), "config.json is not valid JSON"),
+        (lambda f: edit_json(f / "config.json", model_type="marian"), "model_type is 'marian', expected 'vaswani'"),
+        (lambda f: edit_json(f / "config.json", num_heads=5), r"d_model \(32\) must be divisible by num_heads \(5\)"),
+        (lambda f: (f / "model.safetensors").rename(f / "weights.bin"), "has no weights: expected model.safetensors"),
+        (lambda f: [(f / n).unlink() for n in ("tokenizer.json", "tokenizer_config.json")], "has no tokenizer"),
+        (
+            lambda f: edit_json(f / "config.json", vocab_size=500),
+            "the tokenizer has 400 tokens but config.json's vocab_size is 500",
+        ),
+        (
+            lambda f: edit_json(f / "config.json", pad_token_id=3),
+            "the tokenizer's pad_token_id is 1 but config.json's is 3",
+        ),
+        (
+            lambda f: edit_json(f / "config.json", eos_token_id=0),
+            "the tokenizer's eos_token_id is 2 but config.json's is 0",
+        ),
+        (lambda f: (f / "results.json").write_text("[]"), "results.json holds a list; expected a JSON object"),
+    ],
+)
+def test_invalid_checkpoints_are_refused_naming_the_fault(checkpoint, fault, message):
+    fault(checkpoint)
+    with pytest.raises(CheckpointError, match=message) as error:
+        validate_checkpoint(checkpoint)
+    assert str(checkpoint) in str(error.value)
+
+
+# --- the card ---
+
+
+def test_the_card_has_the_checkpoints_numbers_and_valid_metadata(checkpoint):
+    card = render_model_card(validate_checkpoint(checkpoint), "user/vaswani-base-wmt14-en-de")
+    assert "{{" not in card
+    for row in (
+        "| d_model | 32 | 512 |",
+        "| d_ff | 64 | 2048 |",
+        "| h (heads) | 4 | 8 |",
+        "| d_k = d_v | 8 | 64 |",
+        "| P_drop | 0.1 | 0.1 |",
+        "| shared BPE vocabulary | 400 | about 37000 |",
+        f"| parameters | {validate_checkpoint(checkpoint).parameters:,} | 65M |",
+        "| tokenized, compound split (the paper's measure) | 27.32 | 27.3 |",
+        "| sacreBLEU (detokenized) | 26.6 | not reported; about 0.7 below the tokenized score |",
+    ):
+        assert row in card, row
+    assert "trained for 100000 steps" in card and RESULTS["test"]["tokenized_bleu_signature"] in card
+    assert 'pipeline("vaswani-translation", model="user/vaswani-base-wmt14-en-de", trust_remote_code=True)' in card
+
+    metadata = ModelCard(card).data.to_dict()  # huggingface_hub's parser: raises on a malformed model-index
+    assert metadata["pipeline_tag"] == "translation" and metadata["license"] == "apache-2.0"
+    assert metadata["language"] == ["en", "de"] and metadata["datasets"] == ["wmt14"]
+    assert metadata["tags"] == ["translation", "transformer", "vaswani"] and metadata["library_name"] == "transformers"
+    sacrebleu = metadata_eval_result(
+        model_pretty_name="vaswani-base-wmt14-en-de",
+        task_pretty_name="Translation",
+        task_id="translation",
+        metrics_pretty_name="sacreBLEU",
+        metrics_id="bleu",
+        metrics_value=26.6,
+        dataset_pretty_name="WMT14 English-German, newstest2014",
+        dataset_id="wmt14",
+        dataset_config="de-en",
+        dataset_split="test",
+    )["model-index"][0]
+    index = metadata["model-index"][0]
+    assert index["name"] == sacrebleu["name"] and index["results"][0]["task"] == sacrebleu["results"][0]["task"]
+    assert index["results"][0]["dataset"] == sacrebleu["results"][0]["dataset"]
+    first, second = index["results"][0]["metrics"]
+    assert first == {**sacrebleu["results"][0]["metrics"][0], "args": {"signature": RESULTS["test"]["signature"]}}
+    assert second["value"] == 27.32 and second["args"] == {"signature": RESULTS["test"]["tokenized_bleu_signature"]}
+
+
+def test_without_results_the_card_is_refused_unless_asked_for_without_evaluation(checkpoint):
+    (checkpoint / "results.json").unlink()
+    valid = validate_checkpoint(checkpoint)
+    with pytest.raises(CheckpointError, match=r"has no results.json, .* \(--no_results\)"):
+        render_model_card(valid, "user/x")
+    card = render_model_card(valid, "user/x", with_results=False)
+    assert "{{" not in card and "## Evaluation" not in card and "BLEU" not in card.split("## Training")[0]
+    assert "model-index" not in front_matter(card) and ModelCard(card).data.eval_results is None
+
+
+def test_results_without_a_score_are_refused(checkpoint):
+    edit_json(checkpoint / "results.json", test={"sacrebleu": 1.0})
+    with pytest.raises(CheckpointError, match="results.json lacks test.signature, test.tokenized_bleu, .*"):
+        render_model_card(validate_checkpoint(checkpoint), "user/x")
+
+
+def test_values_that_need_quoting_in_yaml_come_back_unchanged(checkpoint):
+    test_set = EvaluationSet(dataset_name='Multi30k: test2016 "flickr" #1', dataset_config="true")
+    card = render_model_card(validate_checkpoint(checkpoint), "user/x", test_set=test_set)
+    dataset = front_matter(card)["model-index"][0]["results"][0]["dataset"]
+    assert dataset["name"] == test_set.dataset_name and dataset["config"] == "true"
+
+
+def test_the_renderer_refuses_fields_without_a_value():
+    template = "---\nlicense: {{license}}\n---\n{{#results}}\nBLEU {{bleu}}\n{{/results}}\n{{name}} and {{ other }}\n"
+    with pytest.raises(CheckpointError, match=r"fields without a value: \['bleu', 'other'\]"):
+        render_template(template, {"license": "mit", "name": "x", "other": None}, {"results": True})
+    without = render_template(template, {"license": "mit", "name": "x", "other": 1}, {"results": False})
+    assert without == '---\nlicense: "mit"\n---\nx and 1\n'
+    with pytest.raises(CheckpointError, match="known sections"):
+        render_template(template, {}, {})
+    with pytest.raises(CheckpointError, match="template syntax left"):
+        render_template("---\na: 1\n---\n{{ not a field }}\n", {}, {})
+
+
+def test_the_template_follows_the_model_size():
+    assert template_for(VaswaniConfig.base()) == TEMPLATES / "vaswani-base.md"
+    assert template_for(VaswaniConfig.big()) == TEMPLATES / "vaswani-big.md"
+    assert template_for(VaswaniConfig.big(), "base") == TEMPLATES / "vaswani-base.md"
+    with pytest.raises(FileNotFoundError, match="no-such-template"):
+        template_for(VaswaniConfig.base(), "no-such-template")
+
+
+def test_both_templates_render_with_the_papers_numbers(checkpoint):
+    valid = validate_checkpoint(checkpoint)
+    base, big = (render_model_card(valid, "user/x", template=name) for name in ("base", "big"))
+    assert "| 27.3 |" in base and "| 28.4 |" in big and "| d_model | 32 | 1024 |" in big
+    assert "last 5 checkpoints" in base and "last 20" in big and "@inproceedings{vaswani2017attention," in big
+
+
+# --- staging ---
+
+
+def test_staging_adds_the_code_and_config_and_leaves_the_checkpoint_alone(checkpoint, tmp_path):
+    (checkpoint / "checkpoint-10").mkdir()
+    (checkpoint / "README.md").write_text("the Trainer's card")
+    before = {path.name: path.read_bytes() for path in checkpoint.iterdir() if path.is_file()}
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    stage(validate_checkpoint(checkpoint), "the card", staging)
+
+    assert {path.name: path.read_bytes() for path in checkpoint.iterdir() if path.is_file()} == before
+    names = {path.name for path in staging.iterdir()}
+    assert "checkpoint-10" not in names and (staging / "README.md").read_text() == "the card"
+    assert {"configuration_vaswani.py", "modeling_vaswani.py", "pipeline_vaswani.py", "model.safetensors"} <= names
+    assert (staging / "model.safetensors").read_bytes() == before["model.safetensors"]
+    config = json.loads((staging / "config.json").read_text())
+    assert config["auto_map"] == AUTO_MAP and config["custom_pipelines"] == CUSTOM_PIPELINES
+    assert {k: v for k, v in config.items() if k not in ("auto_map", "custom_pipelines")} == {
+        k: v for k, v in json.loads(before["config.json"]).items() if k not in ("auto_map", "custom_pipelines")
+    }
