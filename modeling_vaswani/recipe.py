@@ -34,6 +34,13 @@ class ModelArguments:
     )
     vocab_size: int = field(default=8000, metadata={"help": "size of the BPE vocabulary trained when none is given"})
     dropout: float | None = field(default=None, metadata={"help": "P_drop; default: the preset's"})
+    length_penalty: float | None = field(
+        default=None,
+        metadata={
+            "help": "alpha of the GNMT length penalty (Section 6.1: 0.6, chosen on the development set), saved in "
+            "the model's generation_config; default: the preset's, else the checkpoint's"
+        },
+    )
 
 
 @dataclass
@@ -146,6 +153,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
         overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
         model = VaswaniForConditionalGeneration(preset_config(model_args.preset, tokenizer, **overrides))
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
+    if model_args.length_penalty is not None:
+        model.generation_config.length_penalty = model_args.length_penalty
 
     trainer = VaswaniTrainer(
         model=model,

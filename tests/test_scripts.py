@@ -49,6 +49,7 @@ def test_main_job_end_to_end(tmp_path):
     )  # fmt: skip
     assert "sacreBLEU" in trained.stdout and "tokenized BLEU" in trained.stdout
     model_dir = run / "averaged"
+    assert json.loads((model_dir / "generation_config.json").read_text())["length_penalty"] == 1.0  # the preset's
     results = json.loads((model_dir / "results.json").read_text())
     assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert (run / "training_curves.png").stat().st_size > 10_000
