@@ -10,6 +10,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 from datasets import DatasetDict
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
@@ -196,12 +197,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
 
 def validation_bleu(prediction, tokenizer) -> dict:
     """compute_metrics for the Trainer: BLEU of the generated validation translations against the decoded labels."""
-    predictions = prediction.predictions
-    labels = prediction.label_ids
-    predictions = predictions.copy()
-    predictions[predictions < 0] = tokenizer.pad_token_id
-    labels = labels.copy()
-    labels[labels < 0] = tokenizer.pad_token_id
+    # The Trainer pads predictions and labels across batches with -100, which is no token id.
+    predictions = np.where(prediction.predictions < 0, tokenizer.pad_token_id, prediction.predictions)
+    labels = np.where(prediction.label_ids < 0, tokenizer.pad_token_id, prediction.label_ids)
     scores = bleu(
         tokenizer.batch_decode(predictions, skip_special_tokens=True),
         tokenizer.batch_decode(labels, skip_special_tokens=True),

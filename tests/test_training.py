@@ -1,5 +1,7 @@
 """The training recipe of Section 5 on Seq2SeqTrainer: defaults, Equation 3, token batches, averaging, saving."""
 
+import time
+
 import pytest
 import torch
 from training_setup import tiny_checkpoint, tokenized_slice
@@ -129,3 +131,34 @@ def test_averaging_without_checkpoints_is_refused(tmp_path):
         VaswaniTrainingArguments(output_dir=str(tmp_path), average_last_checkpoints=5, save_strategy="no")
     with pytest.raises(ValueError, match="save_total_limit"):
         VaswaniTrainingArguments(output_dir=str(tmp_path), average_last_checkpoints=5, save_total_limit=3)
+
+
+def test_evaluation_translates_with_the_papers_decoding_and_scores_bleu(checkpoint, tmp_path):
+    from modeling_vaswani.recipe import validation_bleu
+
+    trainer = make_trainer(checkpoint, tmp_path, max_steps=1, per_device_eval_batch_size=4)
+    tokenizer = trainer.processing_class
+    trainer.compute_metrics = lambda prediction: validation_bleu(prediction, tokenizer)
+    calls = []
+    generate = trainer.model.generate
+
+    def recording_generate(*args, **kwargs):
+        calls.append(kwargs.get("paper_decoding"))
+        return generate(*args, **kwargs)
+
+    trainer.model.generate = recording_generate
+    metrics = trainer.evaluate(tokenized_slice(tokenizer, 6, split="validation"))
+    assert calls and all(calls)  # every batch decoded as Section 6.1
+    assert 0.0 <= metrics["eval_sacrebleu"] <= 100.0 and "eval_tokenized_bleu" in metrics
+
+
+def test_time_budget_stops_training_and_saves_a_checkpoint(checkpoint, tmp_path):
+    trainer = make_trainer(
+        checkpoint, tmp_path, max_steps=100_000, max_train_minutes=0.05, save_steps=100_000, max_tokens=200
+    )
+    started = time.monotonic()
+    trainer.train()
+    assert time.monotonic() - started < 60
+    step = trainer.state.global_step
+    assert 0 < step < 100_000
+    assert (tmp_path / f"checkpoint-{step}" / "model.safetensors").exists()  # saved where the budget ran out
