@@ -55,7 +55,7 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class EvaluationSet:
-    """Where the BLEU in results.json was measured (results.json does not say); the default is the paper's."""
+    """Where the BLEU in results.json was measured: its `test_set` (scripts/train.py writes it) unless given."""
 
     dataset_id: str = "wmt14"
     dataset_config: str = "de-en"
@@ -218,6 +218,26 @@ def render_template(template: str, values: dict, sections: dict[str, bool]) -> s
     return card
 
 
+def resolve_test_set(checkpoint: Checkpoint, test_set: EvaluationSet | None, with_results: bool) -> EvaluationSet:
+    """`test_set` if given, else the one results.json records; a card without results may fall back to the paper's."""
+    if test_set is not None:
+        return test_set
+    recorded = (checkpoint.results or {}).get("test_set")
+    if isinstance(recorded, dict):
+        try:
+            return EvaluationSet(**recorded)
+        except TypeError as error:
+            raise CheckpointError(
+                f"{checkpoint.folder / RESULTS}: test_set is not a test set's description: {error}"
+            ) from error
+    if with_results:
+        raise CheckpointError(
+            f"{checkpoint.folder / RESULTS} does not say which test set its BLEU was measured on (no test_set); "
+            "name it with --dataset, --dataset_config, --dataset_split and --dataset_name"
+        )
+    return EvaluationSet()
+
+
 def card_values(checkpoint: Checkpoint, repo_id: str, test_set: EvaluationSet) -> dict:
     """The template's fields: the checkpoint's configuration, its size, where it was tested (and its results)."""
     config = checkpoint.config
@@ -261,18 +281,17 @@ def result_values(checkpoint: Checkpoint) -> dict:
 def render_model_card(
     checkpoint: Checkpoint,
     repo_id: str,
-    test_set: EvaluationSet = EvaluationSet(),
+    test_set: EvaluationSet | None = None,
     with_results: bool = True,
     template: str | None = None,
 ) -> str:
     """The README.md for `repo_id`, checked by huggingface_hub's own card parser (metadata and model-index).
 
     With `with_results` (the default) the card reports the BLEU of results.json, which must be there; without, the
-    card has no evaluation section and no model-index.
+    card has no evaluation section and no model-index. `test_set` defaults to the one results.json records.
     """
-    values = card_values(checkpoint, repo_id, test_set)
-    if with_results:
-        values.update(result_values(checkpoint))
+    values = result_values(checkpoint) if with_results else {}
+    values.update(card_values(checkpoint, repo_id, resolve_test_set(checkpoint, test_set, with_results)))
     path = template_for(checkpoint.config, template)
     try:
         card = render_template(path.read_text(encoding="utf-8"), values, {"results": with_results})
@@ -330,7 +349,7 @@ def push_checkpoint(
     commit_message: str | None = None,
     with_results: bool = True,
     template: str | None = None,
-    test_set: EvaluationSet = EvaluationSet(),
+    test_set: EvaluationSet | None = None,
 ) -> str:
     """Validates `folder`, renders its card, and uploads it to `repo_id` (created if needed; `private` applies only
     then) on `revision`, a branch created from main if it does not exist. Returns the repository's URL.

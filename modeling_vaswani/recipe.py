@@ -14,7 +14,7 @@ import numpy as np
 from datasets import DatasetDict
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
-from .data import load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
+from .data import MULTI30K_SPLITS, load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
 from .modeling_vaswani import VaswaniForConditionalGeneration
 from .plotting import plot_training_curves
 from .tokenizer import train_tokenizer
@@ -187,12 +187,34 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
         )
         (final_dir / f"{data_args.test_split}.hyp.{target_lang}").write_text("\n".join(hypotheses) + "\n")
         results["test"] = bleu(hypotheses, references)
+        results["test_set"] = describe_test_set(data_args)
         # Through the Trainer's loggers, so the final BLEU lands in TensorBoard beside the training curves.
         trainer.log({f"{data_args.test_split}_sacrebleu": results["test"]["sacrebleu"]})
         tokenizer.save_pretrained(final_dir)
         (final_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     results["model_dir"] = str(final_dir)
     return results
+
+
+def describe_test_set(args: DataArguments) -> dict:
+    """Where the test BLEU was measured, as hub.EvaluationSet's fields (push_to_hub.py reads them for the card)."""
+    split = args.test_split
+    if args.dataset_name:
+        dataset_id, config = args.dataset_name, args.dataset_config_name or "default"
+        name = f"{args.dataset_name} {args.dataset_config_name or ''}".strip() + f", {split}"
+    elif args.test_source_file or args.test_file:
+        files = [args.test_file] if args.test_file else [args.test_source_file, args.test_target_file]
+        dataset_id, config, name = Path(files[0]).stem, "default", " + ".join(Path(file).name for file in files)
+    else:  # the shipped copy of the Hub's multi30k task1
+        dataset_id, config, split, name = "multi30k", "task1", MULTI30K_SPLITS["test"], "Multi30k, test2016 (flickr)"
+    return {
+        "dataset_id": dataset_id,
+        "dataset_config": config,
+        "dataset_split": split,
+        "dataset_name": name,
+        "source_lang": args.source_lang,
+        "target_lang": args.target_lang,
+    }
 
 
 def validation_bleu(prediction, tokenizer) -> dict:

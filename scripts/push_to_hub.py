@@ -1,14 +1,14 @@
 """Uploads a checkpoint folder to the Hugging Face Hub with its model card, and prints the repository's URL.
 
 python scripts/push_to_hub.py runs/wmt14-base/averaged user/vaswani-base-wmt14-en-de
-python scripts/push_to_hub.py runs/small/averaged user/vaswani-small-multi30k --dataset multi30k \
-    --dataset_config task1 --dataset_split test_2016_flickr --dataset_name "Multi30k En-De, test2016 (flickr)"
+python scripts/push_to_hub.py runs/small/averaged user/vaswani-small-multi30k
 
 Uploads the weights (safetensors), config, generation config, tokenizer, results.json, the model's code and
 translation pipeline (so the repository loads with trust_remote_code=True without this package), and README.md, the
 model card rendered from model_cards/ with the checkpoint's configuration and the BLEU of its results.json. A folder
 that is not a valid checkpoint, or has no results.json (unless --no_results), is refused before anything is uploaded.
-The --dataset flags say where that BLEU was measured; their defaults are the paper's test set, WMT14 newstest2014.
+The card names the test set that results.json records (scripts/train.py writes it); the --dataset flags name another,
+their defaults being the paper's test set, WMT14 newstest2014.
 Log in first (`hf auth login`) or set HF_TOKEN.
 """
 
@@ -37,10 +37,11 @@ def main(argv=None):
     ):
         field = "dataset_id" if name == "dataset" else name
         default = getattr(defaults, field)
-        parser.add_argument(f"--{name}", dest=field, default=default, help=f"{help_text} (default: {default})")
+        parser.add_argument(f"--{name}", dest=field, help=f"{help_text} (default: results.json's, else {default})")
     arguments = parser.parse_args(argv)
 
-    test_set = EvaluationSet(**{field: getattr(arguments, field) for field in vars(defaults)})
+    given = {field: getattr(arguments, field) for field in vars(defaults) if getattr(arguments, field) is not None}
+    test_set = EvaluationSet(**given) if given else None  # None: the one results.json records
     try:
         url = push_checkpoint(
             arguments.checkpoint,

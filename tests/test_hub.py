@@ -32,6 +32,14 @@ RESULTS = {
         "tokenized_bleu": 22.0512,
         "tokenized_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a+compound-split|smooth:none|version:2.6.0",
     },
+    "test_set": {
+        "dataset_id": "wmt14",
+        "dataset_config": "de-en",
+        "dataset_split": "test",
+        "dataset_name": "WMT14 English-German, newstest2014",
+        "source_lang": "en",
+        "target_lang": "de",
+    },
 }
 EXPECTED_FILES = {
     ".gitattributes",

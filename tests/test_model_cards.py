@@ -22,6 +22,7 @@ from modeling_vaswani.hub import (
     template_for,
     validate_checkpoint,
 )
+from modeling_vaswani.recipe import DataArguments, describe_test_set
 
 RESULTS = {
     "train": {"step": 100000, "train_loss": 3.9},
@@ -30,6 +31,14 @@ RESULTS = {
         "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
         "tokenized_bleu": 27.3151,
         "tokenized_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a+compound-split|smooth:none|version:2.6.0",
+    },
+    "test_set": {
+        "dataset_id": "wmt14",
+        "dataset_config": "de-en",
+        "dataset_split": "test",
+        "dataset_name": "WMT14 English-German, newstest2014",
+        "source_lang": "en",
+        "target_lang": "de",
     },
 }
 
@@ -165,6 +174,51 @@ def test_without_results_the_card_is_refused_unless_asked_for_without_evaluation
 def test_results_without_a_score_are_refused(checkpoint):
     edit_json(checkpoint / "results.json", test={"sacrebleu": 1.0})
     with pytest.raises(CheckpointError, match="results.json lacks test.signature, test.tokenized_bleu, .*"):
+        render_model_card(validate_checkpoint(checkpoint), "user/x")
+
+
+def test_the_card_names_the_test_set_results_json_records(checkpoint):
+    def card_dataset(test_set=None):
+        card = render_model_card(validate_checkpoint(checkpoint), "user/x", test_set=test_set)
+        return front_matter(card)["datasets"], front_matter(card)["model-index"][0]["results"][0]["dataset"]
+
+    files = DataArguments(
+        source_lang="de", target_lang="en", test_source_file="/d/nt13.de", test_target_file="nt13.en"
+    )
+    edit_json(checkpoint / "results.json", test_set=describe_test_set(files))
+    expected = {"type": "nt13", "name": "nt13.de + nt13.en", "config": "default", "split": "test"}
+    assert card_dataset() == (["nt13"], expected)
+    assert front_matter(render_model_card(validate_checkpoint(checkpoint), "user/x"))["language"] == ["de", "en"]
+    edit_json(checkpoint / "results.json", test_set=describe_test_set(DataArguments()))  # the shipped Multi30k
+    expected = {
+        "type": "multi30k",
+        "name": "Multi30k, test2016 (flickr)",
+        "config": "task1",
+        "split": "test_2016_flickr",
+    }
+    assert card_dataset() == (["multi30k"], expected)
+    hub = DataArguments(dataset_name="wmt14", dataset_config_name="de-en")
+    edit_json(checkpoint / "results.json", test_set=describe_test_set(hub))
+    assert card_dataset() == (
+        ["wmt14"],
+        {"type": "wmt14", "name": "wmt14 de-en, test", "config": "de-en", "split": "test"},
+    )
+    given = EvaluationSet(dataset_id="other", dataset_name="Other")  # given explicitly: wins over results.json
+    assert card_dataset(given)[1] == {"type": "other", "name": "Other", "config": "de-en", "split": "test"}
+
+
+def test_results_that_do_not_name_their_test_set_are_refused(checkpoint):
+    results = json.loads((checkpoint / "results.json").read_text())
+    del results["test_set"]
+    (checkpoint / "results.json").write_text(json.dumps(results))
+    with pytest.raises(
+        CheckpointError, match=r"does not say which test set .* \(no test_set\); name it with --dataset"
+    ):
+        render_model_card(validate_checkpoint(checkpoint), "user/x")
+    card = render_model_card(validate_checkpoint(checkpoint), "user/x", test_set=EvaluationSet())
+    assert front_matter(card)["datasets"] == ["wmt14"]
+    edit_json(checkpoint / "results.json", test_set={"dataset": "wmt14"})
+    with pytest.raises(CheckpointError, match="test_set is not a test set's description: .*'dataset'"):
         render_model_card(validate_checkpoint(checkpoint), "user/x")
 
 

@@ -52,6 +52,7 @@ def test_main_job_end_to_end(tmp_path):
     assert json.loads((model_dir / "generation_config.json").read_text())["length_penalty"] == 1.0  # the preset's
     results = json.loads((model_dir / "results.json").read_text())
     assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert results["test_set"]["dataset_split"] == "test_2016_flickr"  # what push_to_hub.py's card names
     assert (run / "training_curves.png").stat().st_size > 10_000
     assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 24
     tags = set()
