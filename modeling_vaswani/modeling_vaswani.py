@@ -32,6 +32,96 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 from .configuration_vaswani import VaswaniConfig
 
 # ---------------------------------------------------------------------------------------------------------------------
+# The linear maps: every W of Sections 3.2.2, 3.3 and 3.4
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """x W^T + b for a 2-D x, through oneDNN; `weight` may be prepacked, or any strided [out x in] matrix."""
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+class OneDNNLinearFunction(torch.autograd.Function):
+    """y = x W^T + b with its gradients, every product through oneDNN (torch gives its oneDNN linear no autograd)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.with_bias = bias is not None
+        return onednn_linear(x, weight, bias)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_output: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        grad_output = grad_output.contiguous()
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            grad_x = onednn_linear(grad_output, weight.t())  # dL/dx = dL/dy W
+        if ctx.needs_input_grad[1]:
+            grad_weight = onednn_linear(grad_output.t(), x.t())  # dL/dW = (dL/dy)^T x
+        if ctx.with_bias and ctx.needs_input_grad[2]:
+            grad_bias = grad_output.sum(0)
+        return grad_x, grad_weight, grad_bias
+
+
+class Linear(nn.Linear):
+    """nn.Linear, whose float32 products on CPU go through oneDNN; inference multiplies by a prepacked weight.
+
+    Written here because neither torch nor transformers does it outside a compiled graph: an eager float32 linear on
+    CPU, forward and backward, calls MKL's sgemm, and MKL takes its slow code paths on non-Intel CPUs (half oneDNN's
+    rate on an AMD EPYC); torch.compile's freezing packs weights for oneDNN, but only inside a compiled graph.
+    With gradients the weight is used as stored (it changes every step). Without, a packed copy (the weight's size
+    again in memory) is made on the first call and again whenever the weight changes: its version counter moves with
+    every in-place update (optimizer step, load_state_dict); train() drops it. Results equal nn.Linear's up to
+    float32 rounding (another order of summation). Other dtypes, devices, autocast, tensor subclasses (FSDP's
+    DTensor) and compiled graphs take nn.Linear's path; `torch.backends.mkldnn.flags(enabled=False)` turns it off.
+    """
+
+    _packed = None  # (the weight as it was packed, its version then, the packed weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self._through_onednn(x):
+            return super().forward(x)
+        rows = x.reshape(-1, x.shape[-1])
+        if torch.is_grad_enabled():
+            output = OneDNNLinearFunction.apply(rows, self.weight, self.bias)
+        else:
+            output = onednn_linear(rows, self._packed_weight(), self.bias)
+        return output.view(*x.shape[:-1], self.out_features)
+
+    def _through_onednn(self, x: torch.Tensor) -> bool:
+        return (
+            ONEDNN_LINEAR
+            and x.device.type == "cpu"
+            and x.dtype == self.weight.dtype == torch.float32
+            and type(x) is torch.Tensor
+            and type(self.weight) in (torch.Tensor, nn.Parameter)
+            and torch.backends.mkldnn.enabled
+            and not torch.is_autocast_enabled("cpu")
+            and not torch.compiler.is_compiling()  # inductor chooses its own kernels
+        )
+
+    def _packed_weight(self) -> torch.Tensor:
+        weight = self.weight
+        if self._packed is not None:
+            packed_from, version, packed = self._packed
+            # The packed-from alias keeps its storage alive, so an equal address means the same storage.
+            if packed_from.data_ptr() == weight.data_ptr() and version == weight._version:
+                return packed
+        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
+        self._packed = (weight.detach(), weight._version, packed)
+        return packed
+
+    def train(self, mode: bool = True):
+        self._packed = None
+        return super().train(mode)
+
+
+ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # 3.4 Embeddings and 3.5 Positional encoding
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -118,10 +208,10 @@ class MultiHeadAttention(nn.Module):
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         bias = config.attention_bias
-        self.w_q = nn.Linear(config.d_model, config.d_model, bias=bias)
-        self.w_k = nn.Linear(config.d_model, config.d_model, bias=bias)
-        self.w_v = nn.Linear(config.d_model, config.d_model, bias=bias)
-        self.w_o = nn.Linear(config.d_model, config.d_model, bias=bias)
+        self.w_q = Linear(config.d_model, config.d_model, bias=bias)
+        self.w_k = Linear(config.d_model, config.d_model, bias=bias)
+        self.w_v = Linear(config.d_model, config.d_model, bias=bias)
+        self.w_o = Linear(config.d_model, config.d_model, bias=bias)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(*x.shape[:-1], -1, self.d_k).transpose(1, 2)
@@ -178,8 +268,8 @@ class PositionwiseFeedForward(nn.Module):
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
-        self.w1 = nn.Linear(config.d_model, config.d_ff)
-        self.w2 = nn.Linear(config.d_ff, config.d_model)
+        self.w1 = Linear(config.d_model, config.d_ff)
+        self.w2 = Linear(config.d_ff, config.d_model)
         self.activation = ACT2FN[config.activation_function]
         self.activation_dropout = config.activation_dropout  # tensor2tensor's relu_dropout; 0 in the paper
 
@@ -577,7 +667,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
         self.model = VaswaniModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
         self._gnmt_alpha = None  # set only inside generate(paper_decoding=True)
         self.post_init()
         self.generation_config = paper_generation_config(config)
@@ -710,6 +800,19 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
             )
         finally:
             self._gnmt_alpha = None
+
+    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
+        """Beam search's reordering of the cache after each step, in which only the decoder's self-attention moves.
+
+        generate() repeats the encoder output for each beam of a sentence and a beam only ever continues a beam of its
+        own sentence, so the encoder-decoder attention keys and values (Section 3.2.3) that a reordering would choose
+        among are equal: transformers' default copies them at every step for nothing.
+        """
+        if isinstance(past_key_values, EncoderDecoderCache):
+            past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        else:
+            past_key_values.reorder_cache(beam_idx)
+        return past_key_values
 
     # The two hooks of transformers' beam search where the length penalty enters (generation/utils.py). Only under
     # paper_decoding: the scores are divided by GNMT's lp here and transformers' own |Y|^alpha is switched off.

@@ -1,0 +1,148 @@
+"""The speed-ups of inference change nothing: generate() gives what the plain path gives.
+
+The plain path is nn.Linear's own product (oneDNN switched off with torch.backends.mkldnn.flags) and transformers'
+own beam reordering of the whole cache (our `_reorder_cache` removed).
+"""
+
+import pytest
+import torch
+from tiny_models import padded_batch, tiny_model
+
+from modeling_vaswani import VaswaniForConditionalGeneration
+from modeling_vaswani.modeling_vaswani import ONEDNN_LINEAR, Linear
+
+needs_onednn = pytest.mark.skipif(not ONEDNN_LINEAR, reason="this torch has no oneDNN linear")
+
+
+def reference(layer: Linear, x: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.linear(x, layer.weight, layer.bias)
+
+
+@needs_onednn
+def test_packed_linear_is_nn_linear_up_to_rounding():
+    torch.manual_seed(0)
+    layer = Linear(48, 80)
+    x = torch.randn(3, 5, 48)
+    with torch.no_grad():
+        output = layer(x)
+    assert layer._packed is not None, "inference without gradients should take the packed path"
+    assert output.shape == (3, 5, 80)
+    torch.testing.assert_close(output, reference(layer, x), rtol=1e-5, atol=1e-5)
+
+
+@needs_onednn
+@pytest.mark.parametrize("bias", [True, False])
+def test_gradients_through_onednn_are_nn_linears_up_to_rounding(bias):
+    torch.manual_seed(0)
+    layer = Linear(48, 80, bias=bias)
+    x = torch.randn(3, 7, 48, requires_grad=True)
+    upstream = torch.randn(3, 7, 80)
+    output = layer(x)
+    (output * upstream).sum().backward()
+    assert layer._packed is None, "with gradients the weight is used as stored, not packed"
+    ours = [x.grad, layer.weight.grad, *([layer.bias.grad] if bias else [])]
+
+    x_ref = x.detach().clone().requires_grad_()
+    weight, bias_ref = (
+        layer.weight.detach().clone().requires_grad_(),
+        layer.bias.detach().clone().requires_grad_() if bias else None,
+    )
+    expected = torch.nn.functional.linear(x_ref, weight, bias_ref)
+    (expected * upstream).sum().backward()
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-5)
+    for got, want in zip(ours, [x_ref.grad, weight.grad, *([bias_ref.grad] if bias else [])], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+
+
+@needs_onednn
+def test_switched_off_or_under_autocast_it_is_nn_linear_exactly():
+    torch.manual_seed(0)
+    layer, x = Linear(48, 80), torch.randn(7, 48)
+    with torch.backends.mkldnn.flags(enabled=False):
+        assert torch.equal(layer(x), reference(layer, x))
+        with torch.no_grad():
+            assert torch.equal(layer(x), reference(layer, x)) and layer._packed is None
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        assert layer(x).dtype == torch.bfloat16 and layer._packed is None  # autocast decides, as for nn.Linear
+
+
+@needs_onednn
+def test_the_packed_weight_follows_every_change_of_the_weight():
+    torch.manual_seed(0)
+    layer, x = Linear(16, 24, bias=False), torch.randn(4, 16)
+
+    def packed_output():
+        with torch.no_grad():
+            return layer(x)
+
+    before = packed_output()
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+    layer(x).square().sum().backward()
+    optimizer.step()  # an in-place update
+    after_step = packed_output()
+    assert not torch.allclose(after_step, before)
+    torch.testing.assert_close(after_step, reference(layer, x), rtol=1e-5, atol=1e-5)
+
+    layer.load_state_dict({"weight": torch.randn(24, 16)})
+    torch.testing.assert_close(packed_output(), reference(layer, x), rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        layer.weight.mul_(-1)
+    torch.testing.assert_close(packed_output(), reference(layer, x), rtol=1e-5, atol=1e-5)
+    layer.weight = torch.nn.Parameter(torch.randn(24, 16))  # a new tensor altogether
+    torch.testing.assert_close(packed_output(), reference(layer, x), rtol=1e-5, atol=1e-5)
+    layer.train()
+    assert layer._packed is None  # training drops the copy
+
+
+@pytest.fixture(scope="module")
+def model():
+    # Wider than the other tests' model, so that the products are ones oneDNN blocks and packs like real ones.
+    return tiny_model(seed=5, vocab_size=301, d_model=64, d_ff=256, num_heads=4, encoder_layers=3, decoder_layers=3)
+
+
+@pytest.fixture(scope="module")
+def batch():
+    input_ids, attention_mask = padded_batch([9, 4, 12, 6], vocab_size=301, seed=6)
+    return {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+def plain_generate(model, batch, monkeypatch, **settings):
+    with monkeypatch.context() as patch, torch.backends.mkldnn.flags(enabled=False):
+        patch.delattr(VaswaniForConditionalGeneration, "_reorder_cache")
+        assert not hasattr(model, "_reorder_cache")
+        torch.manual_seed(1)
+        return model.generate(**batch, **settings)
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"num_beams": 1, "max_new_tokens": 20},
+        {"num_beams": 4, "max_new_tokens": 20},
+        {"num_beams": 1, "do_sample": True, "top_k": 0, "max_new_tokens": 20},
+        {"paper_decoding": True},
+        {"paper_decoding": True, "num_beams": 4, "num_return_sequences": 2},
+    ],
+    ids=["greedy", "beam", "sampling", "paper", "paper-n-best"],
+)
+def test_generate_is_unchanged_by_the_fast_paths(model, batch, settings, monkeypatch):
+    settings = {**settings, "return_dict_in_generate": True, "output_scores": True}
+    plain = plain_generate(model, batch, monkeypatch, **settings)
+    torch.manual_seed(1)
+    fast = model.generate(**batch, **settings)
+    assert torch.equal(fast.sequences, plain.sequences)
+    if "sequences_scores" in plain:
+        torch.testing.assert_close(fast.sequences_scores, plain.sequences_scores, rtol=1e-5, atol=1e-5)
+    for fast_step, plain_step in zip(fast.scores, plain.scores, strict=True):
+        torch.testing.assert_close(fast_step, plain_step, rtol=1e-4, atol=1e-4)
+
+
+def test_beams_of_a_sentence_hold_equal_cross_attention_keys_and_values(model, batch):
+    """The premise of leaving the cross-attention cache unordered: its rows are equal within each sentence."""
+    beams = 4
+    output = model.generate(**batch, num_beams=beams, max_new_tokens=6, return_dict_in_generate=True)
+    cross = output.past_key_values.cross_attention_cache
+    for layer in cross.layers:
+        for states in (layer.keys, layer.values):
+            grouped = states.view(len(batch["input_ids"]), beams, *states.shape[1:])
+            assert torch.equal(grouped, grouped[:, :1].expand_as(grouped))
