@@ -33,9 +33,10 @@ logger = logging.getLogger(__name__)
 
 # Model presets. "small" is this project's, sized for the shipped Multi30k on a CPU in under half an hour;
 # "base" and "big" are Table 3's. Each also names the training settings that differ from the paper's defaults.
-# The small preset's schedule is tuned to 27 minutes of training on 2 CPU cores (about 2.3 steps a second): more, smaller
-# batches and a peak learning rate of 2e-3 instead of Equation 3's d_model^-0.5 * warmup^-0.5 (3.1e-3 here); its
-# length penalty alpha was chosen on Multi30k's validation set, as the paper chose 0.6 on newstest2013 (Section 6.1).
+# The small preset's schedule is tuned to 27 minutes of training on 2 CPU cores (about 2.3 steps a second): more,
+# smaller batches and a peak learning rate of 2e-3 instead of Equation 3's d_model^-0.5 * warmup^-0.5 (3.1e-3
+# here); its length penalty alpha was chosen on Multi30k's validation set, as the paper chose 0.6 on newstest2013
+# (Section 6.1).
 # base and big save a checkpoint about every 10 minutes of the paper's P100 time (0.4 s and 1.0 s a step).
 PRESETS = {
     "small": {
