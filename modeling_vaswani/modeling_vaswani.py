@@ -117,6 +117,12 @@ class Linear(nn.Linear):
         self._packed = None
         return super().train(mode)
 
+    def __getstate__(self):
+        # The packed weight is an opaque oneDNN tensor, which can be neither copied nor pickled; it is remade on use.
+        state = self.__dict__.copy()
+        state.pop("_packed", None)
+        return state
+
 
 ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 

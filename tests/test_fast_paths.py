@@ -4,6 +4,8 @@ The plain path is nn.Linear's own product (oneDNN switched off with torch.backen
 own beam reordering of the whole cache (our `_reorder_cache` removed).
 """
 
+import copy
+
 import pytest
 import torch
 from tiny_models import padded_batch, tiny_model
@@ -135,6 +137,18 @@ def test_generate_is_unchanged_by_the_fast_paths(model, batch, settings, monkeyp
         torch.testing.assert_close(fast.sequences_scores, plain.sequences_scores, rtol=1e-5, atol=1e-5)
     for fast_step, plain_step in zip(fast.scores, plain.scores, strict=True):
         torch.testing.assert_close(fast_step, plain_step, rtol=1e-4, atol=1e-4)
+
+
+def test_a_model_that_has_packed_its_weights_can_be_copied_and_pickled(model, batch, tmp_path):
+    settings = {"num_beams": 1, "max_new_tokens": 8}
+    expected = model.generate(**batch, **settings)
+    assert not ONEDNN_LINEAR or model.lm_head._packed is not None
+    copied = copy.deepcopy(model)
+    torch.save(model, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    for other in (copied, loaded):
+        assert other.lm_head._packed is None and other.lm_head.weight is other.model.shared.weight  # still tied
+        assert torch.equal(other.generate(**batch, **settings), expected)
 
 
 def test_beams_of_a_sentence_hold_equal_cross_attention_keys_and_values(model, batch):
