@@ -36,6 +36,9 @@ from .configuration_vaswani import VaswaniConfig
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+
+
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x W^T + b for a 2-D x, through oneDNN; `weight` may be prepacked, or any strided [out x in] matrix."""
     return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
@@ -94,6 +97,7 @@ class Linear(nn.Linear):
         return (
             ONEDNN_LINEAR
             and x.device.type == "cpu"
+            and x.numel() > 0
             and x.dtype == self.weight.dtype == torch.float32
             and type(x) is torch.Tensor
             and type(self.weight) in (torch.Tensor, nn.Parameter)
@@ -122,9 +126,6 @@ class Linear(nn.Linear):
         state = self.__dict__.copy()
         state.pop("_packed", None)
         return state
-
-
-ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
 
 # ---------------------------------------------------------------------------------------------------------------------
