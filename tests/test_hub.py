@@ -16,7 +16,7 @@ import time
 import pytest
 from hub_server import Repo, run_client
 from safetensors.torch import load_file, save_file
-from training_setup import REPO, tiny_checkpoint
+from training_setup import REPO, checkpoint_with_results
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import modeling_vaswani  # noqa: F401  (registers the model and the pipeline in this process)
@@ -24,23 +24,6 @@ from modeling_vaswani.hub import render_model_card, validate_checkpoint
 
 REPO_ID = "user/vaswani-tiny"
 SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
-RESULTS = {
-    "train": {"train_loss": 5.5, "step": 1234},
-    "test": {
-        "sacrebleu": 21.3749,
-        "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-        "tokenized_bleu": 22.0512,
-        "tokenized_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a+compound-split|smooth:none|version:2.6.0",
-    },
-    "test_set": {
-        "dataset_id": "wmt14",
-        "dataset_config": "de-en",
-        "dataset_split": "test",
-        "dataset_name": "WMT14 English-German, newstest2014",
-        "source_lang": "en",
-        "target_lang": "de",
-    },
-}
 EXPECTED_FILES = {
     ".gitattributes",
     "README.md",
@@ -98,12 +81,6 @@ def script(name: str, *arguments, env):
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return result
-
-
-def checkpoint_with_results(folder, seed=0):
-    tiny_checkpoint(folder, seed=seed)
-    (folder / "results.json").write_text(json.dumps(RESULTS))
-    return folder
 
 
 @pytest.fixture(scope="module")

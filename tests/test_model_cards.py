@@ -6,7 +6,7 @@ import shutil
 import pytest
 import yaml
 from huggingface_hub import ModelCard, metadata_eval_result
-from training_setup import tiny_checkpoint
+from training_setup import RESULTS, checkpoint_with_results
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_vaswani import VaswaniConfig
@@ -24,30 +24,10 @@ from modeling_vaswani.hub import (
 )
 from modeling_vaswani.recipe import DataArguments, describe_test_set
 
-RESULTS = {
-    "train": {"step": 100000, "train_loss": 3.9},
-    "test": {
-        "sacrebleu": 26.6049,
-        "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-        "tokenized_bleu": 27.3151,
-        "tokenized_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a+compound-split|smooth:none|version:2.6.0",
-    },
-    "test_set": {
-        "dataset_id": "wmt14",
-        "dataset_config": "de-en",
-        "dataset_split": "test",
-        "dataset_name": "WMT14 English-German, newstest2014",
-        "source_lang": "en",
-        "target_lang": "de",
-    },
-}
-
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    folder = tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "averaged")
-    (folder / "results.json").write_text(json.dumps(RESULTS))
-    return folder
+    return checkpoint_with_results(tmp_path_factory.mktemp("tiny") / "averaged")
 
 
 @pytest.fixture
