@@ -18,7 +18,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard
@@ -218,24 +218,31 @@ def render_template(template: str, values: dict, sections: dict[str, bool]) -> s
     return card
 
 
-def resolve_test_set(checkpoint: Checkpoint, test_set: EvaluationSet | None, with_results: bool) -> EvaluationSet:
-    """`test_set` if given, else the one results.json records; a card without results may fall back to the paper's."""
-    if test_set is not None:
+def resolve_test_set(
+    checkpoint: Checkpoint, test_set: EvaluationSet | dict | None, with_results: bool
+) -> EvaluationSet:
+    """Where the card says the BLEU was measured: a complete `test_set` as given, else the set results.json records
+    with the fields of a `test_set` dict in place of its own. Without a recorded set, fields default to the paper's
+    test set, unless the card reports results and nothing at all names their test set: that is an error."""
+    if isinstance(test_set, EvaluationSet):
         return test_set
+    fields = test_set or {}
     recorded = (checkpoint.results or {}).get("test_set")
     if isinstance(recorded, dict):
         try:
-            return EvaluationSet(**recorded)
+            base = EvaluationSet(**recorded)
         except TypeError as error:
             raise CheckpointError(
                 f"{checkpoint.folder / RESULTS}: test_set is not a test set's description: {error}"
             ) from error
-    if with_results:
+    elif with_results and not fields:
         raise CheckpointError(
             f"{checkpoint.folder / RESULTS} does not say which test set its BLEU was measured on (no test_set); "
             "name it with --dataset, --dataset_config, --dataset_split and --dataset_name"
         )
-    return EvaluationSet()
+    else:
+        base = EvaluationSet()
+    return replace(base, **fields)
 
 
 def card_values(checkpoint: Checkpoint, repo_id: str, test_set: EvaluationSet) -> dict:
@@ -281,14 +288,15 @@ def result_values(checkpoint: Checkpoint) -> dict:
 def render_model_card(
     checkpoint: Checkpoint,
     repo_id: str,
-    test_set: EvaluationSet | None = None,
+    test_set: EvaluationSet | dict | None = None,
     with_results: bool = True,
     template: str | None = None,
 ) -> str:
     """The README.md for `repo_id`, checked by huggingface_hub's own card parser (metadata and model-index).
 
     With `with_results` (the default) the card reports the BLEU of results.json, which must be there; without, the
-    card has no evaluation section and no model-index. `test_set` defaults to the one results.json records.
+    card has no evaluation section and no model-index. `test_set` (an EvaluationSet, or a dict of the fields that
+    differ) defaults to the one results.json records.
     """
     values = result_values(checkpoint) if with_results else {}
     values.update(card_values(checkpoint, repo_id, resolve_test_set(checkpoint, test_set, with_results)))
@@ -349,7 +357,7 @@ def push_checkpoint(
     commit_message: str | None = None,
     with_results: bool = True,
     template: str | None = None,
-    test_set: EvaluationSet | None = None,
+    test_set: EvaluationSet | dict | None = None,
 ) -> str:
     """Validates `folder`, renders its card, and uploads it to `repo_id` (created if needed; `private` applies only
     then) on `revision`, a branch created from main if it does not exist. Returns the repository's URL.

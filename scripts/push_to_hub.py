@@ -7,8 +7,8 @@ Uploads the weights (safetensors), config, generation config, tokenizer, results
 translation pipeline (so the repository loads with trust_remote_code=True without this package), and README.md, the
 model card rendered from model_cards/ with the checkpoint's configuration and the BLEU of its results.json. A folder
 that is not a valid checkpoint, or has no results.json (unless --no_results), is refused before anything is uploaded.
-The card names the test set that results.json records (scripts/train.py writes it); the --dataset flags name another,
-their defaults being the paper's test set, WMT14 newstest2014.
+The card names the test set that results.json records (scripts/train.py writes it); a --dataset flag replaces that
+field (where results.json records none, unnamed fields are those of the paper's test set, WMT14 newstest2014).
 Log in first (`hf auth login`) or set HF_TOKEN.
 """
 
@@ -40,8 +40,8 @@ def main(argv=None):
         parser.add_argument(f"--{name}", dest=field, help=f"{help_text} (default: results.json's, else {default})")
     arguments = parser.parse_args(argv)
 
-    given = {field: getattr(arguments, field) for field in vars(defaults) if getattr(arguments, field) is not None}
-    test_set = EvaluationSet(**given) if given else None  # None: the one results.json records
+    # The fields named here replace those of the test set results.json records.
+    test_set = {field: getattr(arguments, field) for field in vars(defaults) if getattr(arguments, field) is not None}
     try:
         url = push_checkpoint(
             arguments.checkpoint,

@@ -185,6 +185,10 @@ def test_the_card_names_the_test_set_results_json_records(checkpoint):
     )
     given = EvaluationSet(dataset_id="other", dataset_name="Other")  # given explicitly: wins over results.json
     assert card_dataset(given)[1] == {"type": "other", "name": "Other", "config": "de-en", "split": "test"}
+    edit_json(checkpoint / "results.json", test_set=describe_test_set(DataArguments()))
+    # Fields named alone (push_to_hub.py's --dataset* flags) replace those of the recorded set, and only those.
+    expected = {"type": "multi30k", "name": "Flickr test", "config": "task1", "split": "test_2016_flickr"}
+    assert card_dataset({"dataset_name": "Flickr test"}) == (["multi30k"], expected)
 
 
 def test_results_that_do_not_name_their_test_set_are_refused(checkpoint):
@@ -197,6 +201,9 @@ def test_results_that_do_not_name_their_test_set_are_refused(checkpoint):
         render_model_card(validate_checkpoint(checkpoint), "user/x")
     card = render_model_card(validate_checkpoint(checkpoint), "user/x", test_set=EvaluationSet())
     assert front_matter(card)["datasets"] == ["wmt14"]
+    card = render_model_card(validate_checkpoint(checkpoint), "user/x", test_set={"dataset_name": "WMT14 en-de"})
+    dataset = front_matter(card)["model-index"][0]["results"][0]["dataset"]  # the other fields: the paper's test set
+    assert dataset == {"type": "wmt14", "name": "WMT14 en-de", "config": "de-en", "split": "test"}
     edit_json(checkpoint / "results.json", test_set={"dataset": "wmt14"})
     with pytest.raises(CheckpointError, match="test_set is not a test set's description: .*'dataset'"):
         render_model_card(validate_checkpoint(checkpoint), "user/x")
