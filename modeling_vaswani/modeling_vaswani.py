@@ -41,7 +41,7 @@ ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldn
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x W^T + b for a 2-D x, through oneDNN; `weight` may be prepacked, or any strided [out x in] matrix."""
-    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise.default(x, weight, bias, "none", [], "")
 
 
 class OneDNNLinearFunction(torch.autograd.Function):
@@ -84,38 +84,34 @@ class Linear(nn.Linear):
     _packed = None  # (the weight as it was packed, its version then, the packed weight)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not self._through_onednn(x):
-            return super().forward(x)
+        weight = self.weight
+        if not self._through_onednn(x, weight):
+            return nn.functional.linear(x, weight, self.bias)
         rows = x.reshape(-1, x.shape[-1])
         if torch.is_grad_enabled():
-            output = OneDNNLinearFunction.apply(rows, self.weight, self.bias)
+            output = OneDNNLinearFunction.apply(rows, weight, self.bias)
         else:
-            output = onednn_linear(rows, self._packed_weight(), self.bias)
+            packed = self._packed
+            # The packed-from alias keeps its storage alive, so an equal address means the same storage.
+            if packed is None or packed[0].data_ptr() != weight.data_ptr() or packed[1] != weight._version:
+                alias = weight.detach()
+                packed = self._packed = (alias, weight._version, torch.ops.mkldnn._reorder_linear_weight(alias, None))
+            output = onednn_linear(rows, packed[2], self.bias)
         return output.view(*x.shape[:-1], self.out_features)
 
-    def _through_onednn(self, x: torch.Tensor) -> bool:
+    @staticmethod
+    def _through_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
         return (
             ONEDNN_LINEAR
-            and x.device.type == "cpu"
-            and x.numel() > 0
-            and x.dtype == self.weight.dtype == torch.float32
+            and x.is_cpu
+            and x.dtype == weight.dtype == torch.float32
             and type(x) is torch.Tensor
-            and type(self.weight) in (torch.Tensor, nn.Parameter)
+            and type(weight) in (torch.Tensor, nn.Parameter)
+            and x.numel() > 0
             and torch.backends.mkldnn.enabled
             and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling()  # inductor chooses its own kernels
         )
-
-    def _packed_weight(self) -> torch.Tensor:
-        weight = self.weight
-        if self._packed is not None:
-            packed_from, version, packed = self._packed
-            # The packed-from alias keeps its storage alive, so an equal address means the same storage.
-            if packed_from.data_ptr() == weight.data_ptr() and version == weight._version:
-                return packed
-        packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), None)
-        self._packed = (weight.detach(), weight._version, packed)
-        return packed
 
     def train(self, mode: bool = True):
         self._packed = None
