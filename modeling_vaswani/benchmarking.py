@@ -12,7 +12,9 @@ Phases: `training` (forward + backward + Adam step), `greedy` and `beam` generat
 tokens per sentence, `latency` (one sentence, greedy). Each implementation and phase runs in a process of its own
 (the CLI started again with `--worker`), so that one cannot warm caches or fragment memory for another; each reports
 the median of several timed repetitions after warm-up calls, and the peak memory the phase added. A matrix-multiply
-loop in the same run gives the machine's ceiling.
+loop in the same run gives the machine's ceiling. The whole list of processes runs in rounds (three by default), and
+the ratios are medians of the ratios within each round, so that a shared machine's drifting load compares like with
+like.
 """
 
 import contextlib
@@ -56,16 +58,19 @@ class Shapes:
 
 @dataclass(frozen=True)
 class Repetitions:
-    """Untimed warm-up calls and timed repetitions of each phase; `matmul` is the ceiling's loop."""
+    """Untimed warm-up calls and timed repetitions of each phase in each process (`matmul`: the ceiling's loop), and
+    the rounds: how many times the whole list of processes runs, one implementation after another within a round."""
 
     warmup: dict = field(default_factory=lambda: {"matmul": 2, "training": 2, "greedy": 1, "beam": 1, "latency": 3})
-    timed: dict = field(default_factory=lambda: {"matmul": 10, "training": 10, "greedy": 5, "beam": 5, "latency": 20})
+    timed: dict = field(default_factory=lambda: {"matmul": 5, "training": 5, "greedy": 3, "beam": 2, "latency": 10})
+    rounds: int = 3
 
 
 FULL = Repetitions()
 QUICK = Repetitions(
     warmup={"matmul": 1, "training": 1, "greedy": 1, "beam": 1, "latency": 1},
     timed={"matmul": 3, "training": 2, "greedy": 2, "beam": 2, "latency": 3},
+    rounds=1,
 )
 
 
@@ -631,23 +636,32 @@ def run_benchmark(
     seed: int = 0,
     progress: Callable[[str], None] = print,
 ) -> dict:
-    """Measures `phases` of `implementations` and the matmul ceiling, each in its own `script --worker` process."""
+    """Measures `phases` of `implementations` and the matmul ceiling, each in its own `script --worker` process.
+
+    The list of processes runs `repetitions.rounds` times over. A shared machine drifts (other tenants' load, memory
+    bandwidth) over minutes, more than implementations differ; within a round the implementations of a phase run one
+    right after another, so each round gives a ratio of ours to each peer under the same conditions. Reported: the
+    median over the rounds of each figure and of each ratio.
+    """
     threads = threads or torch.get_num_threads()
     jobs = [("ceiling", "matmul", "float32")]
     if dtype != "float32":
         jobs.append(("ceiling", "matmul", dtype))
     jobs += [(implementation, phase, dtype) for phase in phases for implementation in implementations]
-    results = {}
+    jobs = [(round_number, *job) for round_number in range(repetitions.rounds) for job in jobs]
+    rounds = [{} for _ in range(repetitions.rounds)]
     with tempfile.TemporaryDirectory(prefix="vaswani-benchmark-") as workdir:
         workdir = Path(workdir)
         with_ctranslate2 = "ctranslate2" in implementations and not ctranslate2_unavailable(device)
         progress(f"preparing the models (same random weights{', CTranslate2 conversion' * with_ctranslate2})")
         folders = prepare_models(shapes, workdir, seed, with_ctranslate2)
-        for number, (implementation, phase, job_dtype) in enumerate(jobs, start=1):
+        for number, (round_number, implementation, phase, job_dtype) in enumerate(jobs, start=1):
+            results = rounds[round_number]
             label = f"[{number}/{len(jobs)}] {implementation} {phase}" + (f" {job_dtype}" if phase == "matmul" else "")
             if reason := skipped_reason(implementation, phase, device):
                 results.setdefault(implementation, {})[phase] = {"skipped": reason}
-                progress(f"{label}: skipped ({reason})")
+                if round_number == 0:
+                    progress(f"{label}: skipped ({reason})")
                 continue
             spec = {
                 "implementation": implementation,
@@ -665,7 +679,7 @@ def run_benchmark(
             key = job_dtype if phase == "matmul" else phase
             results.setdefault(implementation, {})[key] = result
             progress(f"{label}: {summary(phase, result)} ({time.perf_counter() - start:.0f} s)")
-    return report(results, shapes, device, dtype, threads, repetitions)
+    return report(rounds, shapes, device, dtype, threads, repetitions)
 
 
 def summary(phase: str, result: dict) -> str:
@@ -685,15 +699,51 @@ def value(result: dict | None) -> float | None:
     return result.get("tokens_per_s", result.get("ms_per_sentence"))
 
 
-def report(results: dict, shapes: Shapes, device: str, dtype: str, threads: int, repetitions: Repetitions) -> dict:
-    """The results with the ratios of ours to each peer and the model FLOPs utilisation of training."""
+def combine(results: list[dict]) -> dict:
+    """One measurement over the rounds: the first round's result with its figures replaced by their medians over
+    the rounds, the largest peak memory, and each round's result under "rounds"; a failure or skip as it came."""
+    first = results[0]
+    if len(results) == 1 or "error" in first or "skipped" in first:
+        return first
+    if failed := next((result for result in results if "error" in result), None):
+        return failed
+    combined = {**first, "rounds": results}
+    for name in ("median_s", "tokens_per_s", "ms_per_sentence", "gflops"):
+        if name in first:
+            combined[name] = statistics.median(result[name] for result in results)
+    if "rates" in first:
+        combined["rates"] = {
+            name: statistics.median(result["rates"][name] for result in results) for name in first["rates"]
+        }
+    if "peak_memory_mib" in first:
+        peaks = [result["peak_memory_mib"] for result in results if result["peak_memory_mib"] is not None]
+        combined["peak_memory_mib"] = max(peaks, default=None)
+    return combined
+
+
+def report(
+    rounds: list[dict], shapes: Shapes, device: str, dtype: str, threads: int, repetitions: Repetitions
+) -> dict:
+    """The results combined over the rounds, the ratios of ours to each peer (the median of each round's ratio)
+    and the model FLOPs utilisation of training."""
+    results = {
+        implementation: {
+            key: combine([round_results[implementation][key] for round_results in rounds]) for key in keys
+        }
+        for implementation, keys in rounds[0].items()
+    }
     ceiling = results.pop("ceiling")
     ratios = {}
     for peer in ("marian", "ctranslate2"):
         for phase in PHASES:
-            ours, theirs = value(results.get("vaswani", {}).get(phase)), value(results.get(peer, {}).get(phase))
-            if ours and theirs:
-                ratios.setdefault(f"vaswani/{peer}", {})[phase] = ours / theirs
+            per_round = []
+            for round_results in rounds:
+                ours = value(round_results.get("vaswani", {}).get(phase))
+                theirs = value(round_results.get(peer, {}).get(phase))
+                if ours and theirs:
+                    per_round.append(ours / theirs)
+            if per_round and len(per_round) == len(rounds):
+                ratios.setdefault(f"vaswani/{peer}", {})[phase] = statistics.median(per_round)
     rate = ceiling.get(dtype, {}).get("gflops")
     for implementation in results.values():
         training = implementation.get("training", {})
@@ -793,6 +843,11 @@ def footer(report: dict, results: dict, implementations: list[str]) -> list[str]
     lines = [
         "",
         "vaswani/peer: ours / theirs; > 1 is faster for tokens/s, < 1 is faster for ms/sentence.",
+        *(
+            [f"each figure: the median over {rounds} rounds; each ratio: the median of the rounds' own ratios."]
+            if (rounds := report["repetitions"]["rounds"]) > 1
+            else []
+        ),
         f"generation tokens/s: output tokens (sentences x {report['shapes']['new_tokens']}), not beam hypotheses.",
     ]
     utilisation = [

@@ -2,13 +2,15 @@
 
 The same shapes (6+6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 32000) and the same random weights in all
 three; each implementation and phase in a process of its own; the machine's matmul rate as the ceiling.
+The whole list runs in rounds, so that each round compares the implementations under the same machine load.
 
 python scripts/benchmark.py --quick --json benchmark.json   # a few minutes on a small CPU
-python scripts/benchmark.py                                 # more repetitions, the numbers to publish
+python scripts/benchmark.py                                 # three interleaved rounds: the numbers to publish
 python scripts/benchmark.py --device cuda --dtype bfloat16
 """
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -48,14 +50,18 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--phases", nargs="+", choices=benchmarking.PHASES, default=list(benchmarking.PHASES), help="default: all"
     )
+    parser.add_argument(
+        "--rounds", type=int, help="times the whole list of measurements runs, interleaved (default: 3, --quick: 1)"
+    )
     parser.add_argument("--threads", type=int, help="CPU threads for torch and CTranslate2 (default: torch's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     # The mode each measurement runs in, in a process of its own; not for users.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-output", help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
-    if arguments.threads is not None and arguments.threads < 1:
-        parser.error(f"--threads must be >= 1, got {arguments.threads}")
+    for name in ("threads", "rounds"):
+        if getattr(arguments, name) is not None and getattr(arguments, name) < 1:
+            parser.error(f"--{name} must be >= 1, got {getattr(arguments, name)}")
     return arguments
 
 
@@ -64,11 +70,14 @@ def main(argv=None) -> None:
     if arguments.worker:
         benchmarking.worker_main(arguments.worker, arguments.worker_output)
         return
+    repetitions = benchmarking.QUICK if arguments.quick else benchmarking.FULL
+    if arguments.rounds is not None:
+        repetitions = dataclasses.replace(repetitions, rounds=arguments.rounds)
     report = benchmarking.run_benchmark(
         Path(__file__).resolve(),
         device=arguments.device,
         dtype=arguments.dtype,
-        repetitions=benchmarking.QUICK if arguments.quick else benchmarking.FULL,
+        repetitions=repetitions,
         implementations=arguments.implementations,
         phases=arguments.phases,
         threads=arguments.threads,

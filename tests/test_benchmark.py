@@ -22,7 +22,7 @@ TINY = benchmarking.Shapes(
     vocab_size=61, d_model=32, layers=2, heads=4, d_ff=64, batch=3, source_length=5, target_length=4, new_tokens=6
 )
 ONCE = benchmarking.Repetitions(
-    warmup=dict.fromkeys(benchmarking.FULL.warmup, 0), timed=dict.fromkeys(benchmarking.FULL.timed, 1)
+    warmup=dict.fromkeys(benchmarking.FULL.warmup, 0), timed=dict.fromkeys(benchmarking.FULL.timed, 1), rounds=1
 )
 needs_ctranslate2 = pytest.mark.skipif(
     benchmarking.ctranslate2_unavailable("cpu") is not None, reason="ctranslate2 is not installed"
@@ -215,12 +215,49 @@ def test_the_run_end_to_end_in_worker_processes():
     assert header.split() == ["phase", "unit", "vaswani", "marian", "vaswani/marian"]
 
 
+def latency_result(ms: float, peak_mib: float) -> dict:
+    return {"times_s": [ms / 1000], "median_s": ms / 1000, "ms_per_sentence": ms, "peak_memory_mib": peak_mib}
+
+
+def test_rounds_give_median_figures_and_the_median_of_each_rounds_own_ratio():
+    """Three rounds on a machine whose speed drifts: each figure is the median over the rounds, and each ratio the
+    median of the ratios within the rounds (ours and the peer measured under the same load), which here differs
+    from the ratio of the medians (210 / 150 = 1.4)."""
+    ours, theirs, ceiling_rates = [100.0, 210.0, 400.0], [90.0, 150.0, 300.0], [3.0, 1.0, 2.0]
+    rounds = [
+        {
+            "ceiling": {"float32": {"dtype": "float32", "size": 8, "rates": {"torch.matmul": rate}, "gflops": rate}},
+            "vaswani": {"latency": latency_result(ms, peak_mib=10 + number)},
+            "marian": {"latency": latency_result(peer_ms, peak_mib=5)},
+        }
+        for number, (ms, peer_ms, rate) in enumerate(zip(ours, theirs, ceiling_rates, strict=True))
+    ]
+    report = benchmarking.report(rounds, TINY, "cpu", "float32", 1, dataclasses.replace(ONCE, rounds=3))
+    latency = report["results"]["vaswani"]["latency"]
+    assert latency["ms_per_sentence"] == 210.0 and latency["median_s"] == 0.21
+    assert latency["peak_memory_mib"] == 12  # the largest peak of the rounds
+    assert [result["ms_per_sentence"] for result in latency["rounds"]] == ours
+    assert report["results"]["marian"]["latency"]["ms_per_sentence"] == 150.0
+    assert report["ceiling"]["float32"]["gflops"] == 2.0
+    assert report["ratios"] == {"vaswani/marian": {"latency": pytest.approx(400 / 300)}}  # of 1.11, 1.4, 1.33
+    assert "the median over 3 rounds" in benchmarking.format_table(report)
+
+
+def test_a_round_that_failed_is_reported_as_failed():
+    failed = {"error": "worker ran out of memory"}
+    assert benchmarking.combine([latency_result(100.0, 1), failed, latency_result(90.0, 1)]) == failed
+    assert benchmarking.combine([{"skipped": "CTranslate2 is an inference engine"}] * 2) == {
+        "skipped": "CTranslate2 is an inference engine"
+    }
+
+
 def test_help_lists_the_options(script_main, capsys):
     with pytest.raises(SystemExit) as exit_info:
         script_main(["--help"])
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
-    for option in ("--quick", "--json", "--device", "--dtype", "--implementations", "--phases", "--threads"):
+    options = ("--quick", "--json", "--device", "--dtype", "--implementations", "--phases", "--threads", "--rounds")
+    for option in options:
         assert option in help_text
     assert "--worker" not in help_text
 
@@ -233,6 +270,7 @@ def test_help_lists_the_options(script_main, capsys):
         (["--dtype", "float64"], "unknown dtype 'float64': expected one of float32, bfloat16, float16"),
         (["--phases", "inference"], "invalid choice: 'inference'"),
         (["--threads", "0"], "--threads must be >= 1"),
+        (["--rounds", "0"], "--rounds must be >= 1, got 0"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_reason(script_main, capsys, arguments, message):
