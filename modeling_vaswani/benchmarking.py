@@ -372,14 +372,16 @@ def gflops(size: int, times: list[float]) -> float:
 
 def onednn_product(a: torch.Tensor, b: torch.Tensor) -> Callable[[], torch.Tensor] | None:
     """a @ b through oneDNN (torch's private mkldnn ops), or None off CPU or where this torch lacks them."""
-    if a.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+    from .modeling_vaswani import ONEDNN_LINEAR, onednn_linear
+
+    if a.device.type != "cpu" or not ONEDNN_LINEAR:
         return None
     try:
         packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), a.shape[0])
-        torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
-    except (AttributeError, RuntimeError):
+        onednn_linear(a, packed)
+    except RuntimeError:
         return None
-    return lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], "")
+    return lambda: onednn_linear(a, packed)
 
 
 def forward_flops(shapes: Shapes, batch: int, source_length: int, target_length: int) -> int:
@@ -710,10 +712,10 @@ def combine(results: list[dict]) -> dict:
     """One measurement over the rounds: the first round's result with its figures replaced by their medians over
     the rounds, the largest peak memory, and each round's result under "rounds"; a failure or skip as it came."""
     first = results[0]
-    if len(results) == 1 or "error" in first or "skipped" in first:
-        return first
     if failed := next((result for result in results if "error" in result), None):
         return failed
+    if len(results) == 1 or "skipped" in first:
+        return first
     combined = {**first, "rounds": results}
     for name in ("median_s", "tokens_per_s", "ms_per_sentence", "gflops"):
         if name in first:
