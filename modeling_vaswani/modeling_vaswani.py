@@ -198,6 +198,11 @@ class MultiHeadAttention(nn.Module):
     The h projections of each kind are one (d_model x h*d_k) matrix. No biases by default: Equation 1 has none, and
     neither has tensor2tensor (`config.attention_bias` adds them). Serves as encoder self-attention, masked decoder
     self-attention (`is_causal`) and encoder-decoder attention (`key_value_states` from the encoder, Section 3.2.3).
+
+    Encoder-decoder attention also takes k decoder rows per encoder row (rows s*k to s*k+k-1 belong to sentence s):
+    generate()'s beams or returned sequences, which share their sentence's encoder output. Each sentence's k rows of
+    q positions then attend as one row of k*q queries, so that its keys and values are computed, cached and read once
+    instead of once per hypothesis; outputs and attention weights come back one row per hypothesis.
     """
 
     def __init__(self, config: VaswaniConfig, is_causal: bool = False, layer_idx: int | None = None):
@@ -228,6 +233,9 @@ class MultiHeadAttention(nn.Module):
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
+        rows = hidden_states.shape
+        if is_cross_attention:  # k hypotheses of a sentence become k*q queries over its encoder output
+            hidden_states = hidden_states.reshape(key_value_states.shape[0], -1, rows[-1])
         query = self._heads(self.w_q(hidden_states))
 
         cache = past_key_values
@@ -257,7 +265,9 @@ class MultiHeadAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        output = self.w_o(output.reshape(*hidden_states.shape[:-1], -1))
+        output = self.w_o(output.reshape(*hidden_states.shape[:-1], -1)).view(rows)
+        if weights is not None and len(weights) != rows[0]:
+            weights = weights.unflatten(2, (-1, rows[1])).transpose(1, 2).flatten(0, 1)
         return output, weights
 
 
@@ -496,6 +506,12 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
             raise ValueError("The decoder attends over the encoder output: pass encoder_hidden_states")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
+        sentences = encoder_hidden_states.shape[0]
+        if inputs_embeds.shape[0] % sentences:
+            raise ValueError(
+                f"The decoder's batch ({inputs_embeds.shape[0]} rows) must be a multiple of the encoder's "
+                f"({sentences}): k hypotheses per sentence, rows s*k to s*k+k-1 attending over sentence s"
+            )
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
 
@@ -516,7 +532,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
-            inputs_embeds=hidden_states,
+            inputs_embeds=hidden_states.reshape(sentences, -1, hidden_states.shape[-1]),  # grouped as the attention is
             attention_mask=encoder_attention_mask,
             encoder_hidden_states=encoder_hidden_states,
         )
@@ -804,12 +820,23 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         finally:
             self._gnmt_alpha = None
 
+    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
+        """generate() repeats every input once per beam (or returned sequence) of a sentence; the encoder output and
+        its padding mask stay one per sentence, since the hypotheses of a sentence share them (MultiHeadAttention).
+
+        Its encoder-decoder attention keys and values are then computed and read once per sentence, not once per beam.
+        A returned `encoder_hidden_states` or `encoder_attentions` has one row per sentence accordingly.
+        """
+        shared = {key: model_kwargs.pop(key) for key in ("encoder_outputs", "attention_mask") if key in model_kwargs}
+        input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, input_ids, **model_kwargs)
+        return input_ids, {**model_kwargs, **shared}
+
     def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
         """Beam search's reordering of the cache after each step, in which only the decoder's self-attention moves.
 
-        generate() repeats the encoder output for each beam of a sentence and a beam only ever continues a beam of its
-        own sentence, so the encoder-decoder attention keys and values (Section 3.2.3) that a reordering would choose
-        among are equal: transformers' default copies them at every step for nothing.
+        A beam only ever continues a beam of its own sentence, and the encoder-decoder attention keys and values
+        (Section 3.2.3) are the sentence's own: one row per sentence (see `_expand_inputs_for_generation`), or rows
+        equal for its beams where the encoder output was repeated per beam. transformers' default indexes them by beam.
         """
         if isinstance(past_key_values, EncoderDecoderCache):
             past_key_values.self_attention_cache.reorder_cache(beam_idx)

@@ -1,7 +1,8 @@
 """The speed-ups of inference change nothing: generate() gives what the plain path gives.
 
-The plain path is nn.Linear's own product (oneDNN switched off with torch.backends.mkldnn.flags) and transformers'
-own beam reordering of the whole cache (our `_reorder_cache` removed).
+The plain path is nn.Linear's own product (oneDNN switched off with torch.backends.mkldnn.flags), transformers' own
+repetition of the encoder output for every beam (our `_expand_inputs_for_generation` removed) and its own beam
+reordering of the whole cache (our `_reorder_cache` removed).
 """
 
 import copy
@@ -111,6 +112,7 @@ def batch():
 def plain_generate(model, batch, monkeypatch, **settings):
     with monkeypatch.context() as patch, torch.backends.mkldnn.flags(enabled=False):
         patch.delattr(VaswaniForConditionalGeneration, "_reorder_cache")
+        patch.delattr(VaswaniForConditionalGeneration, "_expand_inputs_for_generation")
         assert not hasattr(model, "_reorder_cache")
         torch.manual_seed(1)
         return model.generate(**batch, **settings)
@@ -151,12 +153,58 @@ def test_a_model_that_has_packed_its_weights_can_be_copied_and_pickled(model, ba
         assert torch.equal(other.generate(**batch, **settings), expected)
 
 
-def test_beams_of_a_sentence_hold_equal_cross_attention_keys_and_values(model, batch):
-    """The premise of leaving the cross-attention cache unordered: its rows are equal within each sentence."""
+def test_the_beams_of_a_sentence_share_one_row_of_cross_attention_keys_and_values(model, batch):
     beams = 4
+    output = model.generate(**batch, num_beams=beams, max_new_tokens=6, return_dict_in_generate=True)
+    for layer in output.past_key_values.cross_attention_cache.layers:
+        assert layer.keys.shape[0] == layer.values.shape[0] == len(batch["input_ids"])
+    assert len(output.past_key_values.self_attention_cache.layers[0].keys) == beams * len(batch["input_ids"])
+
+
+def test_beams_of_a_sentence_hold_equal_cross_attention_keys_and_values(model, batch, monkeypatch):
+    """Where the encoder output is repeated per beam (transformers' own expansion), leaving the cross-attention cache
+    unordered is still right: its rows are equal within each sentence."""
+    beams = 4
+    monkeypatch.delattr(VaswaniForConditionalGeneration, "_expand_inputs_for_generation")
     output = model.generate(**batch, num_beams=beams, max_new_tokens=6, return_dict_in_generate=True)
     cross = output.past_key_values.cross_attention_cache
     for layer in cross.layers:
         for states in (layer.keys, layer.values):
             grouped = states.view(len(batch["input_ids"]), beams, *states.shape[1:])
             assert torch.equal(grouped, grouped[:, :1].expand_as(grouped))
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_hypotheses_sharing_a_sentence_equal_its_encoder_output_repeated(batch, implementation):
+    """k decoder rows per encoder row (rows s*k to s*k+k-1 for sentence s) give what k copies of each encoder row give,
+    logits and encoder-decoder attention weights alike, with padded sentences."""
+    k, sentences = 3, len(batch["input_ids"])
+    model = tiny_model(seed=5, vocab_size=301, attn_implementation=implementation)
+    decoder_input_ids = torch.randint(4, 301, (sentences * k, 5), generator=torch.Generator().manual_seed(7))
+    with torch.no_grad():
+        encoder = model.get_encoder()(**batch)
+        shared = model(
+            encoder_outputs=encoder,
+            attention_mask=batch["attention_mask"],
+            decoder_input_ids=decoder_input_ids,
+            output_attentions=implementation == "eager",
+        )
+        repeated = model(
+            encoder_outputs=(encoder.last_hidden_state.repeat_interleave(k, dim=0),),
+            attention_mask=batch["attention_mask"].repeat_interleave(k, dim=0),
+            decoder_input_ids=decoder_input_ids,
+            output_attentions=implementation == "eager",
+        )
+    torch.testing.assert_close(shared.logits, repeated.logits, rtol=1e-5, atol=1e-5)
+    if implementation == "eager":
+        for got, want in zip(shared.cross_attentions, repeated.cross_attentions, strict=True):
+            assert got.shape == (sentences * k, 4, 5, batch["input_ids"].shape[1])
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+        padding = batch["attention_mask"].repeat_interleave(k, dim=0)[:, None, None, :].expand_as(got) == 0
+        assert padding.any() and got[padding].abs().max() == 0  # each sentence's padding stays masked for all k
+
+
+def test_a_decoder_batch_that_is_not_a_multiple_of_the_encoders_is_refused(model, batch):
+    encoder = model.get_encoder()(**batch)
+    with pytest.raises(ValueError, match=r"decoder's batch \(5 rows\) must be a multiple of the encoder.s \(4\)"):
+        model(encoder_outputs=encoder, decoder_input_ids=torch.full((5, 2), 3))
