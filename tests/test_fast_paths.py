@@ -1,18 +1,26 @@
 """The speed-ups of inference change nothing: generate() gives what the plain path gives.
 
-The plain path is nn.Linear's own product (oneDNN switched off with torch.backends.mkldnn.flags), transformers' own
-repetition of the encoder output for every beam (our `_expand_inputs_for_generation` removed) and its own beam
-reordering of the whole cache (our `_reorder_cache` removed).
+The plain path is nn.Linear's own product (oneDNN switched off with torch.backends.mkldnn.flags), torch's SDPA for
+every attention (`is_cpu_decoding_step` answering no), transformers' own repetition of the encoder output for every
+beam (our `_expand_inputs_for_generation` removed) and its own beam reordering of the whole cache (our `_reorder_cache`
+removed).
 """
 
 import copy
 
 import pytest
 import torch
-from tiny_models import padded_batch, tiny_model
+from tiny_models import padded_batch, tiny_config, tiny_model
 
+import modeling_vaswani.modeling_vaswani as modeling
 from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.modeling_vaswani import ONEDNN_LINEAR, Linear
+from modeling_vaswani.modeling_vaswani import (
+    ONEDNN_LINEAR,
+    Linear,
+    MultiHeadAttention,
+    is_cpu_decoding_step,
+    products_attention_forward,
+)
 
 needs_onednn = pytest.mark.skipif(not ONEDNN_LINEAR, reason="this torch has no oneDNN linear")
 
@@ -113,6 +121,7 @@ def plain_generate(model, batch, monkeypatch, **settings):
     with monkeypatch.context() as patch, torch.backends.mkldnn.flags(enabled=False):
         patch.delattr(VaswaniForConditionalGeneration, "_reorder_cache")
         patch.delattr(VaswaniForConditionalGeneration, "_expand_inputs_for_generation")
+        patch.setattr(modeling, "is_cpu_decoding_step", lambda module, query: False)
         assert not hasattr(model, "_reorder_cache")
         torch.manual_seed(1)
         return model.generate(**batch, **settings)
@@ -208,3 +217,56 @@ def test_a_decoder_batch_that_is_not_a_multiple_of_the_encoders_is_refused(model
     encoder = model.get_encoder()(**batch)
     with pytest.raises(ValueError, match=r"decoder's batch \(5 rows\) must be a multiple of the encoder.s \(4\)"):
         model(encoder_outputs=encoder, decoder_input_ids=torch.full((5, 2), 3))
+
+
+@pytest.mark.parametrize("queries", [1, 4])
+@pytest.mark.parametrize("mask", ["none", "boolean", "additive"])
+def test_attention_as_two_products_is_torchs_sdpa(queries, mask):
+    torch.manual_seed(0)
+    rows, heads, keys, d_k = 6, 4, 9, 16
+    query = torch.randn(rows, heads, queries, d_k)
+    key, value = torch.randn(rows, heads, keys, d_k), torch.randn(rows, heads, keys, d_k)
+    allowed = torch.ones(rows, 1, queries, keys, dtype=torch.bool)
+    allowed[::2, ..., -3:] = False  # padded sources
+    attention_mask = {
+        "none": None,
+        "boolean": allowed,
+        "additive": torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min),
+    }[mask]
+    module = MultiHeadAttention(tiny_config()).eval()
+    output, weights = products_attention_forward(module, query, key, value, attention_mask, scaling=d_k**-0.5)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, scale=d_k**-0.5
+    )
+    assert weights is None  # as SDPA returns none
+    torch.testing.assert_close(output, expected.transpose(1, 2), rtol=1e-5, atol=1e-6)
+
+
+def test_decoding_steps_on_cpu_and_only_they_take_the_two_products():
+    cross = MultiHeadAttention(tiny_config()).eval()
+    causal = MultiHeadAttention(tiny_config(), is_causal=True).eval()
+
+    def step(rows, queries):
+        return torch.zeros(rows, 4, queries, 8)
+
+    with torch.no_grad():
+        assert is_cpu_decoding_step(causal, step(32, 1))  # a new token for each of 32 rows
+        assert is_cpu_decoding_step(cross, step(8, 4))  # 8 sentences' 4 beams over their source
+        assert not is_cpu_decoding_step(causal, step(2, 1))  # SDPA is faster for a row or two
+        assert not is_cpu_decoding_step(causal, step(8, 4))  # a causal block: SDPA may hold the mask implicitly
+        assert not is_cpu_decoding_step(cross, step(8, 32))  # a whole sequence (the encoder, or training)
+    assert not is_cpu_decoding_step(causal, step(32, 1))  # gradients: SDPA's own backward
+
+
+def test_beam_search_takes_the_two_products_for_its_steps(model, batch, monkeypatch):
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append(args[1].shape)
+        return products_attention_forward(*args, **kwargs)
+
+    monkeypatch.setattr(modeling, "products_attention_forward", counted)
+    assert model.config._attn_implementation == "sdpa"
+    model.generate(**batch, num_beams=4, max_new_tokens=5)
+    rows = len(batch["input_ids"])
+    assert (rows * 4, 4, 1, 16) in calls and (rows, 4, 4, 16) in calls  # self-attention and encoder-decoder attention
