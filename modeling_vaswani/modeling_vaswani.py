@@ -180,10 +180,13 @@ def eager_attention_forward(
     """Equation 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, one matrix product for all heads.
 
     `attention_mask` is additive (0 where allowed, a large negative number where masked), as transformers'
-    masking utilities build it for the eager kernel. Returns (batch, length, heads, d_v) and the weights.
+    masking utilities build it for the eager kernel, or boolean (True where allowed), as they build it for SDPA.
+    Returns (batch, length, heads, d_v) and the weights.
     """
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None:
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    elif attention_mask is not None:
         scores = scores + attention_mask
     weights = nn.functional.softmax(scores, dim=-1)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
@@ -191,28 +194,16 @@ def eager_attention_forward(
     return output, weights
 
 
-def products_attention_forward(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    dropout: float = 0.0,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """Equation 1 as `eager_attention_forward` computes it, taking SDPA's masks (boolean, True where allowed) and
-    returning no weights, as SDPA does: what the `sdpa` implementation runs for decoding steps on CPU.
+def products_attention_forward(*args, **kwargs) -> tuple[torch.Tensor, None]:
+    """Equation 1 as `eager_attention_forward` computes it (SDPA's boolean masks included), returning no weights,
+    as SDPA does: what the `sdpa` implementation runs for decoding steps on CPU.
 
     Written here because torch's CPU SDPA kernel spends a fixed cost on every (row, head) block of queries, which is
     most of its time when a block holds the few queries of a decoding step: for one new token per row at batch 32,
     or a sentence's 4 beams attending over its source, two batched products were 1.4-3.5x faster on the 2-core
     benchmark machine (beam search at batch 32 6-9% faster in all, greedy 1-4%). With one or two rows SDPA is faster.
     """
-    if attention_mask is not None and attention_mask.dtype == torch.bool:
-        additive = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device)
-        attention_mask = additive.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
-    output, _ = eager_attention_forward(module, query, key, value, attention_mask, scaling, dropout)
+    output, _ = eager_attention_forward(*args, **kwargs)
     return output, None
 
 
