@@ -1,6 +1,6 @@
 """Speed of this model next to transformers' MarianMTModel and CTranslate2, on the same weights and shapes.
 
-Three implementations of one network (the base shapes, random weights):
+Three implementations of one network (Table 3's base model by default, or its big one; random weights):
 - `vaswani`: VaswaniForConditionalGeneration;
 - `marian`: transformers' MarianMTModel configured the same way (ReLU, post-LN, static sinusoids, scaled and tied
   embeddings) and holding the same weights. Marian's attention projections always have biases: they are zero here.
@@ -56,6 +56,24 @@ class Shapes:
     source_length: int = 32
     target_length: int = 32  # training
     new_tokens: int = 32  # generation and latency
+
+
+MODELS = ("base", "big")
+
+
+def model_shapes(model: str = "base", batch: int = 32) -> Shapes:
+    """Table 3's `base` or `big` network (the configuration's presets) at `batch` sentences for training and
+    generation. The CPU comparison uses the base model at batch 32; a GPU needs larger batches to be kept busy."""
+    from .configuration_vaswani import VaswaniConfig
+
+    if model not in MODELS:
+        raise ValueError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
+    if batch < 1:
+        raise ValueError(f"batch must be at least 1, got {batch}")
+    config = getattr(VaswaniConfig, model)()
+    return Shapes(
+        d_model=config.d_model, layers=config.encoder_layers, heads=config.num_heads, d_ff=config.d_ff, batch=batch
+    )
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,13 @@
 """Training and generation speed of this model next to transformers' MarianMTModel and CTranslate2, in one run.
 
-The same shapes (6+6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 32000) and the same random weights in all
-three; each implementation and phase in a process of its own; the machine's matmul rate as the ceiling.
-The whole list runs in rounds, so that each round compares the implementations under the same machine load.
+The same shapes (by default the base model: 6+6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 32000; batch
+32) and the same random weights in all three; each implementation and phase in a process of its own; the machine's
+matmul rate as the ceiling. The whole list runs in rounds, so that each round compares the implementations under the
+same machine load.
 
 python scripts/benchmark.py --quick --json benchmark.json   # a few minutes on a small CPU
 python scripts/benchmark.py                                 # three interleaved rounds: the numbers to publish
-python scripts/benchmark.py --device cuda --dtype bfloat16
+python scripts/benchmark.py --device cuda --dtype bfloat16 --model big --batch 768 --phases training
 """
 
 import argparse
@@ -53,13 +54,19 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--rounds", type=int, help="times the whole list of measurements runs, interleaved (default: 3, --quick: 1)"
     )
+    parser.add_argument(
+        "--model", choices=benchmarking.MODELS, default="base", help="Table 3's base or big (default: base)"
+    )
+    parser.add_argument(
+        "--batch", type=int, default=32, help="sentences a batch, training and generation (default: 32; latency: 1)"
+    )
     parser.add_argument("--threads", type=int, help="CPU threads for torch and CTranslate2 (default: torch's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
     # The mode each measurement runs in, in a process of its own; not for users.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-output", help=argparse.SUPPRESS)
     arguments = parser.parse_args(argv)
-    for name in ("threads", "rounds"):
+    for name in ("threads", "rounds", "batch"):
         if getattr(arguments, name) is not None and getattr(arguments, name) < 1:
             parser.error(f"--{name} must be >= 1, got {getattr(arguments, name)}")
     return arguments
@@ -81,6 +88,7 @@ def main(argv=None) -> None:
         implementations=arguments.implementations,
         phases=arguments.phases,
         threads=arguments.threads,
+        shapes=benchmarking.model_shapes(arguments.model, arguments.batch),
         seed=arguments.seed,
     )
     print(benchmarking.format_table(report))

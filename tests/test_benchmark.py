@@ -257,6 +257,7 @@ def test_help_lists_the_options(script_main, capsys):
     assert exit_info.value.code == 0
     help_text = capsys.readouterr().out
     options = ("--quick", "--json", "--device", "--dtype", "--implementations", "--phases", "--threads", "--rounds")
+    options += ("--model", "--batch")
     for option in options:
         assert option in help_text
     assert "--worker" not in help_text
@@ -271,6 +272,8 @@ def test_help_lists_the_options(script_main, capsys):
         (["--phases", "inference"], "invalid choice: 'inference'"),
         (["--threads", "0"], "--threads must be >= 1"),
         (["--rounds", "0"], "--rounds must be >= 1, got 0"),
+        (["--model", "huge"], "invalid choice: 'huge'"),
+        (["--batch", "0"], "--batch must be >= 1, got 0"),
     ],
 )
 def test_bad_arguments_are_refused_with_the_reason(script_main, capsys, arguments, message):
@@ -284,3 +287,36 @@ def test_cuda_without_cuda_is_refused(script_main, capsys):
     with pytest.raises(SystemExit):
         script_main(["--device", "cuda", "--dtype", "bfloat16"])
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("model", "d_model", "heads", "d_ff"),
+    [("base", 512, 8, 2048), ("big", 1024, 16, 4096)],  # Table 3 of the paper
+)
+def test_model_shapes_are_table_3s(model, d_model, heads, d_ff):
+    shapes = benchmarking.model_shapes(model, batch=384)
+    assert (shapes.d_model, shapes.heads, shapes.d_ff, shapes.layers) == (d_model, heads, d_ff, 6)
+    assert (shapes.batch, shapes.vocab_size) == (384, 32000)
+
+
+def test_model_shapes_refuse_an_unknown_model_or_an_empty_batch():
+    with pytest.raises(ValueError, match="unknown model 'huge': expected one of base, big"):
+        benchmarking.model_shapes("huge")
+    with pytest.raises(ValueError, match="batch must be at least 1, got 0"):
+        benchmarking.model_shapes("base", batch=0)
+
+
+def test_the_script_measures_the_model_and_batch_asked_for(script_main, monkeypatch):
+    asked = {}
+
+    def record(*args, **kwargs):
+        asked.update(kwargs)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(benchmarking, "run_benchmark", record)
+    with pytest.raises(SystemExit):
+        script_main(["--model", "big", "--batch", "7", "--phases", "training"])
+    assert asked["shapes"] == benchmarking.model_shapes("big", 7) and asked["phases"] == ["training"]
+    with pytest.raises(SystemExit):
+        script_main([])
+    assert asked["shapes"] == benchmarking.Shapes()  # the comparison's shapes: base, batch 32
