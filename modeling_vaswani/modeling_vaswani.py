@@ -133,12 +133,14 @@ def sinusoids(num_positions: int, d_model: int, offset: int = 0) -> torch.Tensor
     """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
 
     Sines on even and cosines on odd dimensions (interleaved, unlike the halves layout of Marian and fairseq),
-    positions counted from `offset` (0 for the first token). Computed in float64 so that long tables stay exact.
+    positions counted from `offset` (0 for the first token; an int, or a 0-dim tensor on the device to compute on).
+    Computed in float64 so that long tables stay exact.
     """
-    positions = torch.arange(offset, offset + num_positions, dtype=torch.float64)[:, None]
-    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    device = offset.device if isinstance(offset, torch.Tensor) else None
+    positions = (torch.arange(num_positions, dtype=torch.float64, device=device) + offset)[:, None]
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64, device=device)
     angles = positions / 10000.0 ** (two_i / d_model)
-    table = torch.zeros(num_positions, d_model, dtype=torch.float64)
+    table = torch.zeros(num_positions, d_model, dtype=torch.float64, device=device)
     table[:, 0::2] = torch.sin(angles)
     table[:, 1::2] = torch.cos(angles[:, : d_model // 2])
     return table.float()
@@ -156,7 +158,11 @@ class PositionalEncoding(nn.Module):
         self.d_model = config.d_model
         self.register_buffer("table", sinusoids(config.max_position_embeddings, config.d_model), persistent=False)
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        # A static cache counts its length in a tensor, so that a compiled step need not be recompiled as it grows:
+        # positions from such an offset are computed, as looking them up would read the count back to the host.
+        if isinstance(offset, torch.Tensor):
+            return sinusoids(length, self.d_model, offset).to(self.table)
         if offset + length <= self.table.shape[0]:
             return self.table[offset : offset + length]
         return sinusoids(length, self.d_model, offset).to(self.table)

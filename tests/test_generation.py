@@ -3,6 +3,7 @@
 import pytest
 import torch
 from tiny_models import BOS, EOS, PAD, padded_batch, tiny_model
+from transformers import CompileConfig
 
 from modeling_vaswani.modeling_vaswani import gnmt_length_penalty
 
@@ -46,6 +47,29 @@ def test_static_cache(model, batch, num_beams):
     dynamic = model.generate(**batch, num_beams=num_beams, max_new_tokens=10)
     static = model.generate(**batch, num_beams=num_beams, max_new_tokens=10, cache_implementation="static")
     assert torch.equal(dynamic, static)
+
+
+@pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampling"])
+def test_decoding_steps_compile_as_one_graph(model, batch, do_sample):
+    """generate()'s compiled decoding (a static cache and a CompileConfig, what transformers does by itself on a GPU;
+    it compiles greedy search and sampling, never beam search) traced with fullgraph=True, so that a graph break
+    anywhere in a step raises. The backend runs the traced graph as it is and counts it."""
+    graphs = []
+
+    def backend(graph_module, example_inputs, **options):
+        graphs.append(graph_module)
+        return graph_module.forward
+
+    compile_config = CompileConfig(fullgraph=True, backend=backend)
+    compile_config._compile_all_devices = True  # transformers compiles on accelerators only unless told
+    outputs = []
+    for settings in ({}, {"cache_implementation": "static", "compile_config": compile_config}):
+        torch.manual_seed(14)
+        outputs.append(
+            model.generate(**batch, num_beams=1, do_sample=do_sample, top_k=0, max_new_tokens=10, **settings)
+        )
+    assert len(graphs) == 1  # one graph for every decoding step
+    assert torch.equal(outputs[0], outputs[1])
 
 
 def teacher_forced_log_probability(model, source, attention_mask, sequence):

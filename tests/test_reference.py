@@ -30,6 +30,9 @@ def test_positional_encoding_is_the_papers_formula():
     # Past the precomputed table, positions are computed on the fly; an offset continues the count.
     assert torch.allclose(encoding(30, offset=50).double(), expected[50:80], atol=1e-6)
     assert torch.allclose(encoding(3, offset=7).double(), expected[7:10], atol=1e-6)
+    # A static cache's length is a tensor: the same rows, computed rather than looked up, inside the table or past it.
+    assert torch.equal(encoding(3, offset=torch.tensor(7)), encoding(3, offset=7))
+    assert torch.equal(encoding(30, offset=torch.tensor(50)), encoding(30, offset=50))
     # Interleaved layout: dimension 0 is sin(pos), dimension 1 is cos(pos).
     assert encoding(2)[1, 0].item() == pytest.approx(math.sin(1.0), abs=1e-7)
     assert encoding(2)[1, 1].item() == pytest.approx(math.cos(1.0), abs=1e-7)
