@@ -129,7 +129,7 @@ class Linear(nn.Linear):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def sinusoids(num_positions: int, d_model: int, offset: int = 0) -> torch.Tensor:
+def sinusoids(num_positions: int, d_model: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
     """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
 
     Sines on even and cosines on odd dimensions (interleaved, unlike the halves layout of Marian and fairseq),
