@@ -268,14 +268,17 @@ def export_ctranslate2(marian, folder: Path) -> Path:
     return target
 
 
-def ctranslate2_unavailable(device: str) -> str | None:
-    """Why CTranslate2 cannot run on `device`, or None if it can."""
+def ctranslate2_unavailable(device: str, dtype: str = "float32") -> str | None:
+    """Why CTranslate2 cannot run on `device` in `dtype`, or None if it can."""
     try:
         import ctranslate2
     except ImportError:
         return "ctranslate2 is not installed (pip install -e '.[bench]')"
-    if device.startswith("cuda") and ctranslate2.get_cuda_device_count() == 0:
+    device_type = device.partition(":")[0]
+    if device_type == "cuda" and ctranslate2.get_cuda_device_count() == 0:
         return "this ctranslate2 build sees no CUDA device"
+    if dtype not in ctranslate2.get_supported_compute_types(device_type):
+        return f"CTranslate2 does not compute in {dtype} on this {device_type}"
     return None
 
 
@@ -612,12 +615,12 @@ def run_worker(script: Path, spec: dict, folder: Path) -> dict:
     return json.loads(output.read_text())
 
 
-def skipped_reason(implementation: str, phase: str, device: str) -> str | None:
+def skipped_reason(implementation: str, phase: str, device: str, dtype: str) -> str | None:
     if implementation != "ctranslate2":
         return None
     if phase == "training":
         return "CTranslate2 is an inference engine"
-    return ctranslate2_unavailable(device)
+    return ctranslate2_unavailable(device, dtype)
 
 
 def machine() -> dict:
@@ -679,13 +682,13 @@ def run_benchmark(
     rounds = [{} for _ in range(repetitions.rounds)]
     with tempfile.TemporaryDirectory(prefix="vaswani-benchmark-") as workdir:
         workdir = Path(workdir)
-        with_ctranslate2 = "ctranslate2" in implementations and not ctranslate2_unavailable(device)
+        with_ctranslate2 = "ctranslate2" in implementations and not ctranslate2_unavailable(device, dtype)
         progress(f"preparing the models (same random weights{', CTranslate2 conversion' * with_ctranslate2})")
         folders = prepare_models(shapes, workdir, seed, with_ctranslate2)
         for number, (round_number, implementation, phase, job_dtype) in enumerate(jobs, start=1):
             results = rounds[round_number]
             label = f"[{number}/{len(jobs)}] {implementation} {phase}" + (f" {job_dtype}" if phase == "matmul" else "")
-            if reason := skipped_reason(implementation, phase, device):
+            if reason := skipped_reason(implementation, phase, device, job_dtype):
                 results.setdefault(implementation, {})[phase] = {"skipped": reason}
                 if round_number == 0:
                     progress(f"{label}: skipped ({reason})")

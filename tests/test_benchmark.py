@@ -146,16 +146,17 @@ def test_generation_makes_exactly_n_tokens_even_when_eos_is_likeliest():
         assert new.shape == (3, TINY.new_tokens) and not (new == EOS).any()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # bfloat16: the code path of the GPU measurements
 @pytest.mark.parametrize("phase", benchmarking.PHASES)
 @pytest.mark.parametrize("implementation", benchmarking.IMPLEMENTATIONS)
-def test_each_phase_returns_well_formed_numbers(folders, implementation, phase):
-    if reason := benchmarking.skipped_reason(implementation, phase, "cpu"):
+def test_each_phase_returns_well_formed_numbers(folders, implementation, phase, dtype):
+    if reason := benchmarking.skipped_reason(implementation, phase, "cpu", dtype):
         pytest.skip(reason)
     spec = dict(
         implementation=implementation,
         phase=phase,
         device="cpu",
-        dtype="float32",
+        dtype=dtype,
         threads=1,
         shapes=dataclasses.asdict(TINY),
         folder=str(folders[implementation]),
@@ -320,3 +321,16 @@ def test_the_script_measures_the_model_and_batch_asked_for(script_main, monkeypa
     with pytest.raises(SystemExit):
         script_main([])
     assert asked["shapes"] == benchmarking.Shapes()  # the comparison's shapes: base, batch 32
+
+
+@needs_ctranslate2
+def test_ctranslate2_is_skipped_in_a_dtype_it_cannot_compute_in():
+    import ctranslate2
+
+    supported = ctranslate2.get_supported_compute_types("cpu")
+    assert benchmarking.skipped_reason("ctranslate2", "greedy", "cpu", "float32") is None
+    unsupported = [dtype for dtype in benchmarking.DTYPES if dtype not in supported]
+    if not unsupported:
+        pytest.skip(f"this CPU's CTranslate2 computes in every dtype ({', '.join(sorted(supported))})")
+    reason = benchmarking.skipped_reason("ctranslate2", "greedy", "cpu", unsupported[0])
+    assert reason == f"CTranslate2 does not compute in {unsupported[0]} on this cpu"
