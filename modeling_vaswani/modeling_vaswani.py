@@ -161,9 +161,7 @@ class PositionalEncoding(nn.Module):
     def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
         # A static cache counts its length in a tensor, so that a compiled step need not be recompiled as it grows:
         # positions from such an offset are computed, as looking them up would read the count back to the host.
-        if isinstance(offset, torch.Tensor):
-            return sinusoids(length, self.d_model, offset).to(self.table)
-        if offset + length <= self.table.shape[0]:
+        if not isinstance(offset, torch.Tensor) and offset + length <= self.table.shape[0]:
             return self.table[offset : offset + length]
         return sinusoids(length, self.d_model, offset).to(self.table)
 
