@@ -2,6 +2,16 @@ from pathlib import Path
 
 from setuptools import find_packages, setup
 
+COMMANDS = {
+    "vaswani-train": "train",
+    "vaswani-train-tokenizer": "train_tokenizer",
+    "vaswani-translate": "translate",
+    "vaswani-evaluate": "evaluate",
+    "vaswani-average": "average",
+    "vaswani-plot-attention": "plot_attention",
+    "vaswani-push": "push",
+}
+
 setup(
     name="modeling_vaswani",
     version="0.1.0",
@@ -10,11 +20,20 @@ setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=find_packages(include=["modeling_vaswani", "modeling_vaswani.*"]),
-    package_data={"modeling_vaswani": ["metrics/*/*.py"]},
+    package_data={
+        "modeling_vaswani.toolkit": ["corpora/multi30k/*", "model_cards/*.md", "metrics/*/*.py"],
+    },
+    entry_points={
+        "console_scripts": [
+            f"{name} = modeling_vaswani.toolkit.commands.{module}:main" for name, module in COMMANDS.items()
+        ]
+    },
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.4",
-        "transformers>=5.23",
+        # The range CI tests: 5.23 is both the lower bound and the newest release. The paper's decoding hooks into
+        # transformers' beam search and refuses to run if a release stops calling those hooks (generation_vaswani.py).
+        "transformers>=5.23,<5.24",
         "huggingface-hub>=1.0",
         "safetensors>=0.4",
     ],
@@ -28,7 +47,7 @@ setup(
             "tensorboard>=2.15",
             "matplotlib>=3.8",
         ],
-        "dev": ["pytest>=8.0", "ruff>=0.6", "tox>=4.0"],
-        "bench": ["ctranslate2>=4.0"],  # scripts/benchmark.py's third implementation
+        "dev": ["pytest>=8.0", "ruff>=0.6", "tox>=4.0", "build>=1.0"],
+        "bench": ["ctranslate2>=4.0"],  # benchmarks/benchmark.py's third implementation
     },
 )

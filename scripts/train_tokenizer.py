@@ -1,27 +1,6 @@
-"""Train the shared source+target BPE vocabulary (Section 5.1) and save it for AutoTokenizer.
+"""`vaswani-train-tokenizer` from a checkout: modeling_vaswani/toolkit/commands/train_tokenizer.py."""
 
-Example: python scripts/train_tokenizer.py --files data/multi30k/train.en.gz data/multi30k/train.de.gz \
-    --vocab_size 8000 --output_dir outputs/tokenizer
-"""
-
-import argparse
-
-from modeling_vaswani.tokenizer import train_tokenizer
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--files", nargs="+", required=True, help="text files, one sentence per line (.gz allowed)")
-    parser.add_argument("--vocab_size", type=int, default=37000, help="BPE vocabulary size (paper: 37000 for EN-DE)")
-    parser.add_argument("--output_dir", required=True, help="folder to save the tokenizer to")
-    parser.add_argument("--min_frequency", type=int, default=2, help="occurrences of a pair before it is merged")
-    args = parser.parse_args(argv)
-    try:
-        tokenizer = train_tokenizer(args.files, args.vocab_size, args.output_dir, args.min_frequency)
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
-    print(f"saved tokenizer to {args.output_dir} (vocabulary size {len(tokenizer)})")
-
+from modeling_vaswani.toolkit.commands.train_tokenizer import main
 
 if __name__ == "__main__":
     main()

@@ -9,7 +9,7 @@ import torch
 from training_setup import tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from modeling_vaswani.training import VaswaniTrainer, VaswaniTrainingArguments
+from modeling_vaswani.toolkit.training import VaswaniTrainer, VaswaniTrainingArguments
 
 checkpoint, output_dir, accumulation = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 tokenizer = AutoTokenizer.from_pretrained(checkpoint)

@@ -12,7 +12,7 @@ ROUNDS = 8
 BLOCK_PAGES = 2**26 // 4096  # the pages a 64 MiB block touches
 PROGRAM = f"""
 import resource, sys, torch
-from modeling_vaswani.allocator import keep_freed_memory
+from modeling_vaswani.toolkit.allocator import keep_freed_memory
 applied = keep_freed_memory() if sys.argv[1] == "keep" else None
 for _ in range(2):  # 64 MiB, written and freed: malloc's heap grows to hold it, then keeps it
     torch.ones(2**24)

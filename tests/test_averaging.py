@@ -9,8 +9,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from modeling_vaswani import averaging
-from modeling_vaswani.averaging import average_checkpoints, find_checkpoints
+from modeling_vaswani.toolkit import averaging
+from modeling_vaswani.toolkit.averaging import average_checkpoints, find_checkpoints
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 MODEL_FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "modeling_x.py"]

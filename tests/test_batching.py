@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from modeling_vaswani.batching import TokenBudgetBatchSampler
+from modeling_vaswani.toolkit.batching import TokenBudgetBatchSampler
 
 
 def random_lengths(count, seed=0, longest=40):

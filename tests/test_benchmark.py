@@ -1,4 +1,4 @@
-"""scripts/benchmark.py and modeling_vaswani/benchmarking.py on tiny shapes: the Marian and CTranslate2 copies hold
+"""benchmarks/benchmark.py and benchmarks/benchmarking.py on tiny shapes: the Marian and CTranslate2 copies hold
 our weights, each phase returns well-formed numbers, generation makes exactly N tokens, the CLI refuses bad input.
 
 No timing is asserted: speed is what the benchmark shows, not what a unit test can check on a shared machine.
@@ -8,16 +8,17 @@ import dataclasses
 import json
 import runpy
 
+import benchmarking
 import pytest
 import torch
 from tiny_models import EOS, padded_batch, tiny_model
 from torch.utils.flop_counter import FlopCounterMode
 from training_setup import REPO
 
-from modeling_vaswani import VaswaniForConditionalGeneration, benchmarking
+from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.modeling_vaswani import sinusoids
 
-SCRIPT = REPO / "scripts" / "benchmark.py"
+SCRIPT = REPO / "benchmarks" / "benchmark.py"
 TINY = benchmarking.Shapes(
     vocab_size=61, d_model=32, layers=2, heads=4, d_ff=64, batch=3, source_length=5, target_length=4, new_tokens=6
 )

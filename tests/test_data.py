@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation
 
-from modeling_vaswani.data import (
+from modeling_vaswani.toolkit.data import (
     MULTI30K_DIR,
     load_hub_pairs,
     load_multi30k,
@@ -18,7 +18,7 @@ from modeling_vaswani.data import (
     multi30k_files,
     tokenize_pairs,
 )
-from modeling_vaswani.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = Features({"translation": Translation(languages=["de", "en"])})
@@ -50,7 +50,10 @@ def cache_dir(tmp_path):
 @pytest.mark.parametrize("split", COUNTS)
 def test_multi30k_files_are_the_shipped_gz_files(split):
     files = multi30k_files(split)
-    assert files == {lang: REPO / "data" / "multi30k" / f"{STEMS[split]}.{lang}.gz" for lang in ("en", "de")}
+    assert files == {
+        lang: REPO / "modeling_vaswani" / "toolkit" / "corpora" / "multi30k" / f"{STEMS[split]}.{lang}.gz"
+        for lang in ("en", "de")
+    }
     assert [len(gz_lines(path)) for path in files.values()] == [COUNTS[split]] * 2
 
 
@@ -234,7 +237,7 @@ def test_long_pairs_are_never_truncated_and_filter_is_logged(tokenizer, caplog):
     full_length = len(tokenizer(long_text)["input_ids"])
     assert full_length > 200
     assert [len(labels) for labels in tokenize_pairs(dataset, tokenizer, "en", "de")["labels"]][1] == full_length
-    with caplog.at_level(logging.INFO, logger="modeling_vaswani.data"):
+    with caplog.at_level(logging.INFO, logger="modeling_vaswani.toolkit.data"):
         kept = tokenize_pairs(dataset, tokenizer, "en", "de", max_length=full_length - 1)
     assert len(kept) == 2 and max(len(labels) for labels in kept["labels"]) < 20
     assert "dropped 1 of 3 pairs longer than max_length" in caplog.text
@@ -248,7 +251,7 @@ def test_length_filter_count_on_multi30k(tokenizer, caplog):
         for pair in dataset["translation"]
     )
     assert 0 < expected < len(dataset)
-    with caplog.at_level(logging.WARNING, logger="modeling_vaswani.data"):
+    with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.data"):
         kept = tokenize_pairs(DatasetDict({"validation": dataset}), tokenizer, "en", "de", max_length=max_length)
     assert len(kept["validation"]) == len(dataset) - expected
     assert f"validation: dropped {expected} of {len(dataset)} pairs" in caplog.text

@@ -20,7 +20,7 @@ from training_setup import REPO, checkpoint_with_results
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import modeling_vaswani  # noqa: F401  (registers the model and the pipeline in this process)
-from modeling_vaswani.hub import render_model_card, validate_checkpoint
+from modeling_vaswani.toolkit.hub import render_model_card, validate_checkpoint
 
 REPO_ID = "user/vaswani-tiny"
 SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
@@ -182,7 +182,7 @@ KILLED_MID_UPLOAD = """
 import os, signal, socket, sys
 from urllib.parse import urlsplit
 import huggingface_hub.lfs
-from modeling_vaswani.hub import push_checkpoint
+from modeling_vaswani.toolkit.hub import push_checkpoint
 
 def half_then_killed(operation, upload_url):
     with operation.as_file() as file:

@@ -1,4 +1,4 @@
-"""Checkpoint validation, model card rendering and the staging folder of modeling_vaswani.hub, without a network."""
+"""Checkpoint validation, model card rendering and the staging folder of the toolkit's hub module, offline."""
 
 import json
 import shutil
@@ -10,7 +10,7 @@ from training_setup import RESULTS, checkpoint_with_results
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_vaswani import VaswaniConfig
-from modeling_vaswani.hub import (
+from modeling_vaswani.toolkit.hub import (
     AUTO_MAP,
     CUSTOM_PIPELINES,
     TEMPLATES,
@@ -22,7 +22,7 @@ from modeling_vaswani.hub import (
     template_for,
     validate_checkpoint,
 )
-from modeling_vaswani.recipe import DataArguments, describe_test_set
+from modeling_vaswani.toolkit.recipe import DataArguments, describe_test_set
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from training_setup import tiny_checkpoint
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_vaswani import VaswaniConfig, VaswaniTranslationPipeline
-from modeling_vaswani.hub import CUSTOM_PIPELINES
+from modeling_vaswani.toolkit.hub import CUSTOM_PIPELINES
 
 SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
 

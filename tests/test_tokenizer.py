@@ -10,10 +10,10 @@ import pytest
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from modeling_vaswani import VaswaniConfig
-from modeling_vaswani.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
-MULTI30K = REPO / "data" / "multi30k"
+MULTI30K = REPO / "modeling_vaswani" / "toolkit" / "corpora" / "multi30k"
 SLICE_LINES = 2000
 VOCAB_SIZE = 1000
 

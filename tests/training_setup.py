@@ -6,9 +6,9 @@ from pathlib import Path
 import torch
 
 from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.data import load_multi30k, multi30k_files, read_sentences, tokenize_pairs
-from modeling_vaswani.tokenizer import train_tokenizer
-from modeling_vaswani.training import preset_config
+from modeling_vaswani.toolkit.data import load_multi30k, multi30k_files, read_sentences, tokenize_pairs
+from modeling_vaswani.toolkit.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.training import preset_config
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = {"d_model": 32, "d_ff": 64, "num_heads": 4, "encoder_layers": 2, "decoder_layers": 2}

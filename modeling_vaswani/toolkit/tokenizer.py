@@ -17,7 +17,7 @@ from pathlib import Path
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from .configuration_vaswani import VaswaniConfig
+from ..configuration_vaswani import VaswaniConfig
 from .data import iter_text_lines
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .allocator import keep_freed_memory
+from modeling_vaswani.toolkit.allocator import keep_freed_memory
 
 IMPLEMENTATIONS = ("vaswani", "marian", "ctranslate2")
 PHASES = ("training", "greedy", "beam", "latency")
@@ -64,7 +64,7 @@ MODELS = ("base", "big")
 def model_shapes(model: str = "base", batch: int = 32) -> Shapes:
     """Table 3's `base` or `big` network (the configuration's presets) at `batch` sentences for training and
     generation. The CPU comparison uses the base model at batch 32; a GPU needs larger batches to be kept busy."""
-    from .configuration_vaswani import VaswaniConfig
+    from modeling_vaswani.configuration_vaswani import VaswaniConfig
 
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
@@ -131,7 +131,7 @@ def synchronize(device: str):
 
 
 def vaswani_config(shapes: Shapes):
-    from .configuration_vaswani import VaswaniConfig
+    from modeling_vaswani.configuration_vaswani import VaswaniConfig
 
     return VaswaniConfig(
         vocab_size=shapes.vocab_size,
@@ -284,7 +284,7 @@ def ctranslate2_unavailable(device: str, dtype: str = "float32") -> str | None:
 
 def prepare_models(shapes: Shapes, folder: Path, seed: int, with_ctranslate2: bool) -> dict[str, Path]:
     """Saves our model with random weights (`seed`), its Marian copy and, if asked, the CTranslate2 conversion."""
-    from .modeling_vaswani import VaswaniForConditionalGeneration
+    from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration
 
     torch.manual_seed(seed)
     model = VaswaniForConditionalGeneration(vaswani_config(shapes))
@@ -393,7 +393,7 @@ def gflops(size: int, times: list[float]) -> float:
 
 def onednn_product(a: torch.Tensor, b: torch.Tensor) -> Callable[[], torch.Tensor] | None:
     """a @ b through oneDNN (torch's private mkldnn ops), or None off CPU or where this torch lacks them."""
-    from .modeling_vaswani import ONEDNN_LINEAR, onednn_linear
+    from modeling_vaswani.modeling_vaswani import ONEDNN_LINEAR, onednn_linear
 
     if a.device.type != "cpu" or not ONEDNN_LINEAR:
         return None
@@ -431,7 +431,7 @@ def training_flops(shapes: Shapes) -> int:
 
 def load_torch_model(implementation: str, folder: Path, device: str):
     if implementation == "vaswani":
-        from .modeling_vaswani import VaswaniForConditionalGeneration as model_class
+        from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration as model_class
     else:
         from transformers import MarianMTModel as model_class
     return model_class.from_pretrained(folder).to(device)

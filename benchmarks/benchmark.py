@@ -5,9 +5,9 @@ The same shapes (by default the base model: 6+6 layers, d_model 512, 8 heads, d_
 matmul rate as the ceiling. The whole list runs in rounds, so that each round compares the implementations under the
 same machine load.
 
-python scripts/benchmark.py --quick --json benchmark.json   # a few minutes on a small CPU
-python scripts/benchmark.py                                 # three interleaved rounds: the numbers to publish
-python scripts/benchmark.py --device cuda --dtype bfloat16 --model big --batch 768 --phases training
+python benchmarks/benchmark.py --quick --json benchmark.json   # a few minutes on a small CPU
+python benchmarks/benchmark.py                                 # three interleaved rounds: the numbers to publish
+python benchmarks/benchmark.py --device cuda --dtype bfloat16 --model big --batch 768 --phases training
 """
 
 import argparse
@@ -15,7 +15,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from modeling_vaswani import benchmarking
+import benchmarking  # this folder's library: the measuring tools are not installed
 
 
 def choice(check):

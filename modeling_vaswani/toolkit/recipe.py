@@ -1,4 +1,4 @@
-"""The whole job behind scripts/train.py: data, tokenizer, model, Seq2SeqTrainer, averaging, test BLEU, plots.
+"""The whole job behind vaswani-train: data, tokenizer, model, Seq2SeqTrainer, averaging, test BLEU, plots.
 
 With no arguments it trains the "small" preset on the shipped Multi30k En->De; every Seq2SeqTrainingArguments flag
 and the flags below change it.
@@ -14,8 +14,8 @@ import numpy as np
 from datasets import DatasetDict
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
 
+from ..modeling_vaswani import VaswaniForConditionalGeneration
 from .data import MULTI30K_SPLITS, load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
-from .modeling_vaswani import VaswaniForConditionalGeneration
 from .plotting import plot_training_curves
 from .tokenizer import train_tokenizer
 from .training import PRESETS, VaswaniTrainer, VaswaniTrainingArguments, preset_config

@@ -1,9 +1,10 @@
 """Evaluation metrics shipped with the package as self-contained `evaluate` modules, so they load offline."""
 
+from importlib import resources
 from pathlib import Path
 
 # The metric is a script for evaluate.load, not a module of this package: it must stay importable on its own.
-BLEU_PATH = Path(__file__).parent / "bleu" / "bleu.py"
+BLEU_PATH = Path(str(resources.files(__package__) / "bleu" / "bleu.py"))
 
 
 def load_bleu(**kwargs):

@@ -1,8 +1,8 @@
-"""Sharing a checkpoint on the Hugging Face Hub: validation, the model card, and the push (scripts/push_to_hub.py).
+"""Sharing a checkpoint on the Hugging Face Hub: validation, the model card, and the push (vaswani-push).
 
 A checkpoint folder is checked before anything is uploaded: a Vaswani config.json, safetensors weights (one file or
 a complete sharded index), and a tokenizer that fits the model. Its model card is rendered from model_cards/ with the
-checkpoint's real configuration and its measured results (results.json, written by scripts/train.py); a template
+checkpoint's real configuration and its measured results (results.json, written by vaswani-train); a template
 field without a value is an error, so no placeholder ever reaches the Hub. A checkpoint without results.json is
 refused unless the card is asked for without its evaluation section (`with_results=False`, `--no_results`).
 
@@ -19,22 +19,23 @@ import shutil
 import sys
 import tempfile
 from dataclasses import dataclass, replace
+from importlib import resources
 from pathlib import Path
 
 from huggingface_hub import HfApi, ModelCard
 from safetensors import safe_open
 from transformers import AutoTokenizer
 
-from .configuration_vaswani import VaswaniConfig
-from .modeling_vaswani import CUSTOM_PIPELINES, VaswaniForConditionalGeneration, VaswaniModel
-from .pipeline_vaswani import VaswaniTranslationPipeline
+from ..configuration_vaswani import VaswaniConfig
+from ..modeling_vaswani import CUSTOM_PIPELINES, VaswaniForConditionalGeneration, VaswaniModel
+from ..pipeline_vaswani import VaswaniTranslationPipeline
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "model_cards"
+TEMPLATES = Path(str(resources.files(__package__) / "model_cards"))  # package data
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 RESULTS = "results.json"
-# The card's result fields and where results.json (as scripts/train.py writes it) holds them.
+# The card's result fields and where results.json (as vaswani-train writes it) holds them.
 RESULT_FIELDS = {
     "sacrebleu": ("test", "sacrebleu"),
     "signature": ("test", "signature"),
@@ -55,7 +56,7 @@ class CheckpointError(ValueError):
 
 @dataclass(frozen=True)
 class EvaluationSet:
-    """Where the BLEU in results.json was measured: its `test_set` (scripts/train.py writes it) unless given."""
+    """Where the BLEU in results.json was measured: its `test_set` (vaswani-train writes it) unless given."""
 
     dataset_id: str = "wmt14"
     dataset_config: str = "de-en"
@@ -269,7 +270,7 @@ def result_values(checkpoint: Checkpoint) -> dict:
     if checkpoint.results is None:
         raise CheckpointError(
             f"{checkpoint.folder} has no {RESULTS}, so the model card would have no BLEU to report; "
-            "train with scripts/train.py (it writes one), or push a card without evaluation (--no_results)"
+            "train with vaswani-train (it writes one), or push a card without evaluation (--no_results)"
         )
     values = {}
     for field, (part, key) in RESULT_FIELDS.items():
@@ -278,7 +279,7 @@ def result_values(checkpoint: Checkpoint) -> dict:
     missing = [".".join(RESULT_FIELDS[field]) for field, value in values.items() if value is None]
     if missing:
         raise CheckpointError(
-            f"{checkpoint.folder / RESULTS} lacks {', '.join(missing)}; expected the results scripts/train.py writes"
+            f"{checkpoint.folder / RESULTS} lacks {', '.join(missing)}; expected the results vaswani-train writes"
         )
     for field in ("sacrebleu", "tokenized_bleu"):
         values[field] = round(float(values[field]), 2)

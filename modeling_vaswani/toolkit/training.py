@@ -25,9 +25,9 @@ from transformers import (
 )
 from transformers.trainer_utils import rotate_checkpoints
 
+from ..configuration_vaswani import VaswaniConfig
 from .averaging import average_checkpoints, find_checkpoints
 from .batching import TokenBudgetBatchSampler
-from .configuration_vaswani import VaswaniConfig
 
 logger = logging.getLogger(__name__)
 

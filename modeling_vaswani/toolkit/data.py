@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import logging
 from collections.abc import Iterator, Sequence
+from importlib import resources
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,7 +30,8 @@ from datasets import (
 
 logger = logging.getLogger(__name__)
 
-MULTI30K_DIR = Path(__file__).resolve().parent.parent / "data" / "multi30k"
+# Shipped as package data, so that it is there however the package was installed (wheel, editable, zip-free).
+MULTI30K_DIR = Path(str(resources.files(__package__) / "corpora" / "multi30k"))
 # Split names follow the Hub convention; the values are the upstream file stems.
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
 MULTI30K_LANGUAGES = ("en", "de")
