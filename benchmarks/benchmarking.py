@@ -34,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from modeling_vaswani.configuration_vaswani import VaswaniConfig
 from modeling_vaswani.toolkit.allocator import keep_freed_memory
 
 IMPLEMENTATIONS = ("vaswani", "marian", "ctranslate2")
@@ -43,15 +44,18 @@ BEAMS = 4
 WORKER_TIMEOUT_S = 3600
 
 
+BASE = VaswaniConfig.base()  # Table 3's shapes live in the configuration
+
+
 @dataclass(frozen=True)
 class Shapes:
     """The network (the paper's base model with a 32000-token vocabulary) and the batches of the four phases."""
 
     vocab_size: int = 32000
-    d_model: int = 512
-    layers: int = 6  # in each stack
-    heads: int = 8
-    d_ff: int = 2048
+    d_model: int = BASE.d_model
+    layers: int = BASE.encoder_layers  # in each stack
+    heads: int = BASE.num_heads
+    d_ff: int = BASE.d_ff
     batch: int = 32  # training and generation
     source_length: int = 32
     target_length: int = 32  # training
@@ -64,8 +68,6 @@ MODELS = ("base", "big")
 def model_shapes(model: str = "base", batch: int = 32) -> Shapes:
     """Table 3's `base` or `big` network (the configuration's presets) at `batch` sentences for training and
     generation. The CPU comparison uses the base model at batch 32; a GPU needs larger batches to be kept busy."""
-    from modeling_vaswani.configuration_vaswani import VaswaniConfig
-
     if model not in MODELS:
         raise ValueError(f"unknown model {model!r}: expected one of {', '.join(MODELS)}")
     if batch < 1:
@@ -131,8 +133,6 @@ def synchronize(device: str):
 
 
 def vaswani_config(shapes: Shapes):
-    from modeling_vaswani.configuration_vaswani import VaswaniConfig
-
     return VaswaniConfig(
         vocab_size=shapes.vocab_size,
         d_model=shapes.d_model,
@@ -393,7 +393,7 @@ def gflops(size: int, times: list[float]) -> float:
 
 def onednn_product(a: torch.Tensor, b: torch.Tensor) -> Callable[[], torch.Tensor] | None:
     """a @ b through oneDNN (torch's private mkldnn ops), or None off CPU or where this torch lacks them."""
-    from modeling_vaswani.modeling_vaswani import ONEDNN_LINEAR, onednn_linear
+    from modeling_vaswani.kernels_vaswani import ONEDNN_LINEAR, onednn_linear
 
     if a.device.type != "cpu" or not ONEDNN_LINEAR:
         return None

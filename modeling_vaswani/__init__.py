@@ -10,8 +10,8 @@ from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_vaswani import VaswaniConfig
 from .modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel, VaswaniPreTrainedModel
-from .pipeline_vaswani import TASK as TRANSLATION_TASK
 from .pipeline_vaswani import VaswaniTranslationPipeline
+from .remote_code_vaswani import TRANSLATION_TASK
 
 AutoConfig.register(VaswaniConfig.model_type, VaswaniConfig)
 AutoModel.register(VaswaniConfig, VaswaniModel)
@@ -24,8 +24,6 @@ VaswaniForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 PIPELINE_REGISTRY.register_pipeline(
     TRANSLATION_TASK, pipeline_class=VaswaniTranslationPipeline, pt_model=AutoModelForSeq2SeqLM
 )
-# Checkpoints declare this pipeline as remote code (`custom_pipelines`); here the installed class serves it.
-VaswaniConfig.installed_pipelines = frozenset({TRANSLATION_TASK})
 
 __all__ = [
     "VaswaniConfig",

@@ -1,10 +1,18 @@
 """Configuration of the Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762).
 
-Self-contained on purpose: `save_pretrained` copies this file flat into checkpoints as remote code.
+Payload: `save_pretrained` copies this file flat into checkpoints as remote code, so it imports only transformers.
 """
+
+import sys
 
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
+
+
+def registered_pipeline_tasks() -> set[str]:
+    """The pipeline tasks registered in this process, transformers' own and those a package added."""
+    pipelines = sys.modules.get("transformers.pipelines")  # never imported: nobody can have registered a task
+    return set(pipelines.PIPELINE_REGISTRY.get_supported_tasks()) if pipelines else set()
 
 
 class VaswaniConfig(PreTrainedConfig):
@@ -68,15 +76,14 @@ class VaswaniConfig(PreTrainedConfig):
     use_cache: bool = True
     is_encoder_decoder: bool = True
 
-    # Pipeline tasks whose class is installed in this process: the package sets {"vaswani-translation"} when it
-    # registers its pipeline. A checkpoint's `custom_pipelines` entry for such a task is not loaded: transformers'
-    # pipeline() would otherwise demand trust_remote_code for the checkpoint's copy of code that is installed. The
-    # copy of this class loaded as remote code keeps the entry, which is how the pipeline works without the package.
-    installed_pipelines = frozenset()
-
     def __post_init__(self, **kwargs):
+        # A checkpoint declares its translation pipeline as remote code (`custom_pipelines`), and transformers'
+        # pipeline() then demands trust_remote_code for the task, even where the package is installed and registered
+        # its own class for it. A declared task that is registered in this process is therefore not loaded from the
+        # checkpoint; where nothing registered it (no package), the declaration stays and the checkpoint's copy serves.
         declared = kwargs.pop("custom_pipelines", None) or {}
-        remote = {task: spec for task, spec in declared.items() if task not in self.installed_pipelines}
+        registered = registered_pipeline_tasks()
+        remote = {task: spec for task, spec in declared.items() if task not in registered}
         if remote:
             kwargs["custom_pipelines"] = remote
         super().__post_init__(**kwargs)

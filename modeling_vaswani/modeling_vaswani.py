@@ -1,21 +1,19 @@
 """The Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762), Section 3, top to bottom.
 
-Self-contained on purpose: `save_pretrained` copies this file and configuration_vaswani.py flat into checkpoints as
-remote code, so the only relative import allowed is the configuration.
+Payload: `save_pretrained` copies this file and its siblings flat into checkpoints as remote code
+(remote_code_vaswani.py lists them), so it imports only torch, transformers and those siblings: the configuration,
+the CPU kernels (kernels_vaswani.py) and the paper's decoding of Section 6.1 (generation_vaswani.py).
 
 Where we follow tensor2tensor (the paper's code) rather than the paper's text, the comment says so.
 """
 
 import math
-import shutil
-from pathlib import Path
 
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
 from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
-from transformers.generation import GenerationConfig, GenerationMixin, StoppingCriteria, StoppingCriteriaList
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -30,103 +28,11 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
+from .generation_vaswani import VaswaniGenerationMixin, paper_generation_config
+from .kernels_vaswani import Linear, is_cpu_decoding_step
+from .remote_code_vaswani import copy_payload, declare_remote_code
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The linear maps: every W of Sections 3.2.2, 3.3 and 3.4
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
-
-
-def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x W^T + b for a 2-D x, through oneDNN; `weight` may be prepacked, or any strided [out x in] matrix."""
-    return torch.ops.mkldnn._linear_pointwise.default(x, weight, bias, "none", [], "")
-
-
-class OneDNNLinearFunction(torch.autograd.Function):
-    """y = x W^T + b with its gradients, every product through oneDNN (torch gives its oneDNN linear no autograd)."""
-
-    @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        ctx.save_for_backward(x, weight)
-        ctx.with_bias = bias is not None
-        return onednn_linear(x, weight, bias)
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_output: torch.Tensor):
-        x, weight = ctx.saved_tensors
-        grad_output = grad_output.contiguous()
-        grad_x = grad_weight = grad_bias = None
-        if ctx.needs_input_grad[0]:
-            grad_x = onednn_linear(grad_output, weight.t())  # dL/dx = dL/dy W
-        if ctx.needs_input_grad[1]:
-            grad_weight = onednn_linear(grad_output.t(), x.t())  # dL/dW = (dL/dy)^T x
-        if ctx.with_bias and ctx.needs_input_grad[2]:
-            grad_bias = grad_output.sum(0)
-        return grad_x, grad_weight, grad_bias
-
-
-class Linear(nn.Linear):
-    """nn.Linear, whose float32 products on CPU go through oneDNN; inference multiplies by a prepacked weight.
-
-    Written here because neither torch nor transformers does it outside a compiled graph: an eager float32 linear on
-    CPU, forward and backward, calls MKL's sgemm, and MKL takes its slow code paths on non-Intel CPUs (half oneDNN's
-    rate on an AMD EPYC); torch.compile's freezing packs weights for oneDNN, but only inside a compiled graph.
-    With gradients the weight is used as stored (it changes every step). Without, a packed copy (the weight's size
-    again in memory) is made on the first call and again whenever the weight changes: its version counter moves with
-    every in-place update (optimizer step, load_state_dict); train() drops it. Results equal nn.Linear's up to
-    float32 rounding (another order of summation). Other dtypes, devices, autocast, tensor subclasses (FSDP's
-    DTensor) and compiled graphs take nn.Linear's path; `torch.backends.mkldnn.flags(enabled=False)` turns it off.
-    """
-
-    _packed = None  # (the weight as it was packed, its version then, the packed weight)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight = self.weight
-        if not self._through_onednn(x, weight):
-            return nn.functional.linear(x, weight, self.bias)
-        rows = x.reshape(-1, x.shape[-1])
-        if torch.is_grad_enabled():
-            output = OneDNNLinearFunction.apply(rows, weight, self.bias)
-        else:
-            packed = self._packed
-            # The packed-from alias keeps its storage alive, so an equal address means the same storage.
-            if packed is None or packed[0].data_ptr() != weight.data_ptr() or packed[1] != weight._version:
-                alias = weight.detach()
-                packed = self._packed = (alias, weight._version, torch.ops.mkldnn._reorder_linear_weight(alias, None))
-            output = onednn_linear(rows, packed[2], self.bias)
-        return output.view(*x.shape[:-1], self.out_features)
-
-    @staticmethod
-    def _through_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-        return (
-            ONEDNN_LINEAR
-            and x.is_cpu
-            and x.dtype == weight.dtype == torch.float32
-            and type(x) is torch.Tensor
-            and type(weight) in (torch.Tensor, nn.Parameter)
-            and x.numel() > 0
-            and torch.backends.mkldnn.enabled
-            and not torch.is_autocast_enabled("cpu")
-            and not torch.compiler.is_compiling()  # inductor chooses its own kernels
-        )
-
-    def train(self, mode: bool = True):
-        self._packed = None
-        return super().train(mode)
-
-    def __getstate__(self):
-        # The packed weight is an opaque oneDNN tensor, which can be neither copied nor pickled; it is remade on use.
-        state = self.__dict__.copy()
-        state.pop("_packed", None)
-        return state
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# 3.4 Embeddings and 3.5 Positional encoding
-# ---------------------------------------------------------------------------------------------------------------------
+# === 3.4 Embeddings and 3.5 Positional encoding ======================================================================
 
 
 def sinusoids(num_positions: int, d_model: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
@@ -166,9 +72,7 @@ class PositionalEncoding(nn.Module):
         return sinusoids(length, self.d_model, offset).to(self.table)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# 3.2 Attention
-# ---------------------------------------------------------------------------------------------------------------------
+# === 3.2 Attention ===================================================================================================
 
 
 def eager_attention_forward(
@@ -199,32 +103,10 @@ def eager_attention_forward(
 
 
 def products_attention_forward(*args, **kwargs) -> tuple[torch.Tensor, None]:
-    """Equation 1 as `eager_attention_forward` computes it (SDPA's boolean masks included), returning no weights,
-    as SDPA does: what the `sdpa` implementation runs for decoding steps on CPU.
-
-    Written here because torch's CPU SDPA kernel spends a fixed cost on every (row, head) block of queries, which is
-    most of its time when a block holds the few queries of a decoding step: for one new token per row at batch 32,
-    or a sentence's 4 beams attending over its source, two batched products were 1.4-3.5x faster on the 2-core
-    benchmark machine (beam search at batch 32 6-9% faster in all, greedy 1-4%). With one or two rows SDPA is faster.
-    """
+    """Equation 1 as `eager_attention_forward` computes it, returning no weights, as SDPA does: what the `sdpa`
+    implementation runs for the decoding steps on CPU that `is_cpu_decoding_step` picks (kernels_vaswani.py)."""
     output, _ = eager_attention_forward(*args, **kwargs)
     return output, None
-
-
-def is_cpu_decoding_step(module: nn.Module, query: torch.Tensor) -> bool:
-    """Whether `query` ([rows, heads, queries, d_k]) is a decoding step that `products_attention_forward` computes
-    faster than torch's CPU SDPA: at most 8 queries a row (one new token, or a sentence's beams in encoder-decoder
-    attention), at least 16 queries in all, no gradients, not compiled. A causal block of several queries stays with
-    SDPA, whose mask may then be left implicit."""
-    rows, _, queries, _ = query.shape
-    return (
-        query.is_cpu
-        and queries <= 8
-        and rows * queries >= 16
-        and (queries == 1 or not module.is_causal)
-        and not torch.is_grad_enabled()
-        and not torch.compiler.is_compiling()
-    )
 
 
 class MultiHeadAttention(nn.Module):
@@ -311,9 +193,7 @@ class MultiHeadAttention(nn.Module):
         return output, weights
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# 3.3 Position-wise feed-forward networks
-# ---------------------------------------------------------------------------------------------------------------------
+# === 3.3 Position-wise feed-forward networks =========================================================================
 
 
 class PositionwiseFeedForward(nn.Module):
@@ -332,9 +212,7 @@ class PositionwiseFeedForward(nn.Module):
         return self.w2(hidden)
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# 3.1 Encoder and decoder layers
-# ---------------------------------------------------------------------------------------------------------------------
+# === 3.1 Encoder and decoder layers ==================================================================================
 
 
 class SublayerConnection(nn.Module):
@@ -404,16 +282,7 @@ class DecoderLayer(GradientCheckpointingLayer):
         return self.feed_forward_sublayer(hidden_states, self.feed_forward(hidden_states))
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# Weight initialization (shared by the stacks and the models)
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-# The translation pipeline's file sits beside this one, in the package and in checkpoints alike; config.json names it.
-PIPELINE_FILE = Path(__file__).with_name("pipeline_vaswani.py")
-CUSTOM_PIPELINES = {
-    "vaswani-translation": {"impl": "pipeline_vaswani.VaswaniTranslationPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
-}
+# === The models' base class: weight initialization, and the code that travels with a checkpoint ======================
 
 
 class VaswaniPreTrainedModel(PreTrainedModel):
@@ -423,7 +292,6 @@ class VaswaniPreTrainedModel(PreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["EncoderLayer", "DecoderLayer"]
     _supports_sdpa = True
-    _supports_flash_attn = True
     _supports_flex_attn = True
     _can_compile_fullgraph = True
 
@@ -447,42 +315,48 @@ class VaswaniPreTrainedModel(PreTrainedModel):
             init.copy_(module.table, sinusoids(*module.table.shape))
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        # transformers writes only this class's own Auto class into `auto_map`; name both model classes, so that
-        # AutoModel and AutoModelForSeq2SeqLM can each load any Vaswani checkpoint as remote code. The translation
-        # pipeline, whose file travels beside this one, is declared too, so that every save (the Trainer's pushes
-        # included) works with pipeline("vaswani-translation", trust_remote_code=True) where the package is absent.
-        with_pipeline = self.is_remote_code() and PIPELINE_FILE.exists()
+        # A registered (or remotely loaded) class also writes the whole payload and names it in config.json: see
+        # remote_code_vaswani.py. transformers alone would copy only this file's imports and name only this class.
         if self.is_remote_code():
-            auto_map = dict(getattr(self.config, "auto_map", None) or {})
-            for cls in (VaswaniModel, VaswaniForConditionalGeneration):
-                if cls._auto_class is not None:
-                    auto_map[cls._auto_class] = f"{cls.__module__.rsplit('.', 1)[-1]}.{cls.__name__}"
-            self.config.auto_map = auto_map
-        if with_pipeline:
-            self.config.custom_pipelines = CUSTOM_PIPELINES
+            declare_remote_code(self.config)
         result = super().save_pretrained(save_directory, *args, **kwargs)
-        if with_pipeline and kwargs.get("is_main_process", True):
-            shutil.copyfile(PIPELINE_FILE, Path(save_directory) / PIPELINE_FILE.name)
+        if self.is_remote_code() and kwargs.get("is_main_process", True):
+            copy_payload(save_directory)
         return result
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# 3.1 The stacks
-# ---------------------------------------------------------------------------------------------------------------------
+# === 3.1 The stacks ==================================================================================================
 
 
-class VaswaniEncoder(VaswaniPreTrainedModel):
-    """Section 3.1: embeddings * sqrt(d_model) + positional encodings, dropout, N EncoderLayers, no final norm."""
+class VaswaniStack(VaswaniPreTrainedModel):
+    """What the two stacks of Section 3.1 share: the input embedding times sqrt(d_model) (Section 3.4) plus the
+    positional encodings (Section 3.5), with dropout (Section 5.4), under N identical layers. No final norm."""
+
+    def __init__(self, config: VaswaniConfig, layers: list[nn.Module]):
+        super().__init__(config)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
+        self.embed_scale = math.sqrt(config.d_model)
+        self.positional_encoding = PositionalEncoding(config)
+        self.layers = nn.ModuleList(layers)
+        self.post_init()
+
+    def embed(self, input_ids: torch.LongTensor | None, inputs_embeds: torch.Tensor | None, offset=0) -> torch.Tensor:
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError(f"Pass exactly one of input_ids and inputs_embeds to {type(self).__name__}")
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)
+        positions = self.positional_encoding(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
+        hidden_states = inputs_embeds * self.embed_scale + positions
+        return nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+
+
+class VaswaniEncoder(VaswaniStack):
+    """Section 3.1: the encoder stack, N EncoderLayers over the embedded source."""
 
     _can_record_outputs = {"hidden_states": EncoderLayer, "attentions": MultiHeadAttention}
 
     def __init__(self, config: VaswaniConfig):
-        super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
-        self.embed_scale = math.sqrt(config.d_model)  # Section 3.4
-        self.positional_encoding = PositionalEncoding(config)
-        self.layers = nn.ModuleList([EncoderLayer(config) for _ in range(config.encoder_layers)])
-        self.post_init()
+        super().__init__(config, [EncoderLayer(config) for _ in range(config.encoder_layers)])
 
     @merge_with_config_defaults
     @capture_outputs
@@ -493,14 +367,7 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of input_ids and inputs_embeds to the encoder")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        positions = self.positional_encoding(inputs_embeds.shape[1]).to(inputs_embeds.dtype)
-        hidden_states = inputs_embeds * self.embed_scale + positions
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
-
+        hidden_states = self.embed(input_ids, inputs_embeds)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
@@ -509,9 +376,9 @@ class VaswaniEncoder(VaswaniPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class VaswaniDecoder(VaswaniPreTrainedModel):
+class VaswaniDecoder(VaswaniStack):
     """Section 3.1: the decoder stack, fed the target shifted right by one position; its self-attention is masked
-    so that position i sees only positions before i. No final norm."""
+    so that position i sees only positions before i."""
 
     _can_record_outputs = {
         "hidden_states": DecoderLayer,
@@ -520,12 +387,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
     }
 
     def __init__(self, config: VaswaniConfig):
-        super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
-        self.embed_scale = math.sqrt(config.d_model)  # Section 3.4
-        self.positional_encoding = PositionalEncoding(config)
-        self.layers = nn.ModuleList([DecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)])
-        self.post_init()
+        super().__init__(config, [DecoderLayer(config, layer_idx=i) for i in range(config.decoder_layers)])
 
     @merge_with_config_defaults
     @capture_outputs
@@ -540,26 +402,19 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPastAndCrossAttentions:
-        if (input_ids is None) == (inputs_embeds is None):
-            raise ValueError("Pass exactly one of decoder_input_ids and decoder_inputs_embeds to the decoder")
         if encoder_hidden_states is None:
             raise ValueError("The decoder attends over the encoder output: pass encoder_hidden_states")
-        if inputs_embeds is None:
-            inputs_embeds = self.embed_tokens(input_ids)
-        sentences = encoder_hidden_states.shape[0]
-        if inputs_embeds.shape[0] % sentences:
-            raise ValueError(
-                f"The decoder's batch ({inputs_embeds.shape[0]} rows) must be a multiple of the encoder's "
-                f"({sentences}): k hypotheses per sentence, rows s*k to s*k+k-1 attending over sentence s"
-            )
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-
         # While decoding with a cache, the new tokens continue the positions already cached.
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        positions = self.positional_encoding(inputs_embeds.shape[1], past_length).to(inputs_embeds.dtype)
-        hidden_states = inputs_embeds * self.embed_scale + positions
-        hidden_states = nn.functional.dropout(hidden_states, p=self.config.dropout, training=self.training)
+        hidden_states = self.embed(input_ids, inputs_embeds, past_length)
+        sentences = encoder_hidden_states.shape[0]
+        if hidden_states.shape[0] % sentences:
+            raise ValueError(
+                f"The decoder's batch ({hidden_states.shape[0]} rows) must be a multiple of the encoder's "
+                f"({sentences}): k hypotheses per sentence, rows s*k to s*k+k-1 attending over sentence s"
+            )
 
         self_attention_cache = (
             past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
@@ -590,9 +445,7 @@ class VaswaniDecoder(VaswaniPreTrainedModel):
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The model: one embedding matrix for source, target and output (Section 3.4)
-# ---------------------------------------------------------------------------------------------------------------------
+# === The model: one embedding matrix for source, target and output (Section 3.4) =====================================
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -672,46 +525,10 @@ class VaswaniModel(VaswaniPreTrainedModel):
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The LM head (Section 3.4) and the paper's decoding (Section 6.1)
-# ---------------------------------------------------------------------------------------------------------------------
+# === The LM head (Section 3.4) =======================================================================================
 
 
-def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
-    """Section 6.1, from GNMT (Wu et al. 2016): lp(Y) = ((5 + |Y|) / 6)^alpha.
-
-    A finished hypothesis scores log P(Y|X) / lp(Y).
-    """
-    return ((5 + length) / 6) ** alpha
-
-
-class MaxLengthPerSentence(StoppingCriteria):
-    """Section 6.1: "maximum output length to input length + 50". transformers' max length is one number per call;
-    this stops each sentence (and each of its beams) at its own limit."""
-
-    def __init__(self, max_lengths: torch.Tensor):
-        self.max_lengths = max_lengths  # per sentence, counting the decoder start token
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
-        rows_per_sentence = input_ids.shape[0] // self.max_lengths.shape[0]  # beams (or returned sequences)
-        limits = self.max_lengths.to(input_ids.device).repeat_interleave(rows_per_sentence)
-        return input_ids.shape[1] >= limits
-
-
-def paper_generation_config(config: VaswaniConfig) -> GenerationConfig:
-    """Section 6.1's decoding settings, the defaults of every Vaswani model's `generation_config`."""
-    return GenerationConfig(
-        num_beams=4,
-        length_penalty=0.6,
-        early_stopping=False,
-        decoder_start_token_id=config.decoder_start_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-    )
-
-
-class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
+class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
     """The Transformer with its output layer: the pre-softmax linear shares the embedding matrix (Section 3.4).
 
     `generate(..., paper_decoding=True)` decodes as Section 6.1 does (see `generate`).
@@ -727,7 +544,6 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         super().__init__(config)
         self.model = VaswaniModel(config)
         self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
-        self._gnmt_alpha = None  # set only inside generate(paper_decoding=True)
         self.post_init()
         self.generation_config = paper_generation_config(config)
 
@@ -817,106 +633,6 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, GenerationMixin):
         loss = nn.functional.cross_entropy(logits, labels, ignore_index=-100, reduction="sum")
         return loss / torch.as_tensor(num_items_in_batch, device=loss.device)
 
-    def generate(self, *args, paper_decoding: bool = False, **kwargs):
-        """`GenerationMixin.generate`, plus the decoding of Section 6.1 when `paper_decoding=True`:
-
-        - beam search with the model's `generation_config.num_beams` (4) unless `num_beams` is passed;
-        - hypotheses ranked by log P(Y|X) / lp(Y) with GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha, alpha being
-          `length_penalty` (generation_config: 0.6). Stock transformers divides by |Y|^alpha instead, which ranks
-          hypotheses differently; that stays the behaviour without `paper_decoding`;
-        - at most (source length + 50) output tokens per sentence, the source length counting non-padding tokens;
-          the search over a sentence ends as soon as no live beam can beat its finished ones.
-        """
-        if not paper_decoding:
-            return super().generate(*args, **kwargs)
-        for name in ("max_length", "max_new_tokens"):
-            if kwargs.get(name) is not None:
-                raise ValueError(
-                    "paper_decoding sets the output length of each sentence (source length + 50); "
-                    f"got {name}={kwargs[name]}"
-                )
-        input_ids = kwargs.get("input_ids", args[0] if args else None)
-        attention_mask = kwargs.get("attention_mask")
-        if input_ids is None:
-            raise ValueError("paper_decoding needs input_ids to know each sentence's length")
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.config.pad_token_id)
-        source_lengths = attention_mask.sum(dim=-1)
-
-        generation_config = kwargs.get("generation_config") or self.generation_config
-        alpha = kwargs.pop("length_penalty", generation_config.length_penalty)
-        kwargs.setdefault("num_beams", generation_config.num_beams)
-        criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
-        criteria.append(MaxLengthPerSentence(1 + source_lengths + 50))  # 1: the decoder start token
-        self._gnmt_alpha = alpha
-        try:
-            return super().generate(
-                *args,
-                max_new_tokens=int(source_lengths.max()) + 50,
-                stopping_criteria=criteria,
-                length_penalty=alpha,
-                **kwargs,
-            )
-        finally:
-            self._gnmt_alpha = None
-
-    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
-        """generate() repeats every input once per beam (or returned sequence) of a sentence; the encoder output and
-        its padding mask stay one per sentence, since the hypotheses of a sentence share them (MultiHeadAttention).
-
-        Its encoder-decoder attention keys and values are then computed and read once per sentence, not once per beam.
-        A returned `encoder_hidden_states` or `encoder_attentions` has one row per sentence accordingly.
-        """
-        shared = {key: model_kwargs.pop(key) for key in ("encoder_outputs", "attention_mask") if key in model_kwargs}
-        input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, input_ids, **model_kwargs)
-        return input_ids, {**model_kwargs, **shared}
-
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search's reordering of the cache after each step, in which only the decoder's self-attention moves.
-
-        A beam only ever continues a beam of its own sentence, and the encoder-decoder attention keys and values
-        (Section 3.2.3) are the sentence's own: one row per sentence (see `_expand_inputs_for_generation`), or rows
-        equal for its beams where the encoder output was repeated per beam. transformers' default indexes them by beam.
-        """
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values
-
-    # The two hooks of transformers' beam search where the length penalty enters (generation/utils.py). Only under
-    # paper_decoding: the scores are divided by GNMT's lp here and transformers' own |Y|^alpha is switched off.
-    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
-        if self._gnmt_alpha is not None:
-            output_length = cur_len + 1 - decoder_prompt_len  # |Y|, the end-of-sentence token included
-            topk_log_probs = topk_log_probs / gnmt_length_penalty(output_length, self._gnmt_alpha)
-            length_penalty = 0.0
-        return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs,
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
-        )
-
-    def _check_early_stop_heuristic(
-        self, *, running_beam_scores, max_length, decoder_prompt_len, length_penalty, **kw
-    ):
-        if self._gnmt_alpha is not None:
-            # Log-probabilities only fall as a hypothesis grows while lp(Y) only grows, so the best any live beam can
-            # still reach is its score now divided by lp at the maximum length (tensor2tensor's exact bound).
-            running_beam_scores = running_beam_scores / gnmt_length_penalty(
-                max_length - decoder_prompt_len, self._gnmt_alpha
-            )
-            length_penalty = 0.0
-        return GenerationMixin._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kw,
-        )
-
 
 __all__ = [
     "VaswaniPreTrainedModel",
@@ -925,5 +641,4 @@ __all__ = [
     "PositionalEncoding",
     "MultiHeadAttention",
     "sinusoids",
-    "gnmt_length_penalty",
 ]

@@ -3,12 +3,10 @@
 transformers 5 removed its "translation" task (and refuses that name to any registered pipeline), so the package
 registers this one under "vaswani-translation", and pushed checkpoints declare it in config.json (`custom_pipelines`)
 for `trust_remote_code=True` where the package is not installed. Self-contained on purpose: it travels as remote code,
-copied flat beside the model's code, so it imports only transformers.
+copied flat beside the model's code, so it imports only transformers and its siblings.
 """
 
 from transformers import Pipeline
-
-TASK = "vaswani-translation"
 
 
 class VaswaniTranslationPipeline(Pipeline):

@@ -13,14 +13,9 @@ import torch
 from tiny_models import padded_batch, tiny_config, tiny_model
 
 import modeling_vaswani.modeling_vaswani as modeling
-from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.modeling_vaswani import (
-    ONEDNN_LINEAR,
-    Linear,
-    MultiHeadAttention,
-    is_cpu_decoding_step,
-    products_attention_forward,
-)
+from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
+from modeling_vaswani.kernels_vaswani import ONEDNN_LINEAR, Linear, is_cpu_decoding_step
+from modeling_vaswani.modeling_vaswani import MultiHeadAttention, products_attention_forward
 
 needs_onednn = pytest.mark.skipif(not ONEDNN_LINEAR, reason="this torch has no oneDNN linear")
 
@@ -119,8 +114,8 @@ def batch():
 
 def plain_generate(model, batch, monkeypatch, **settings):
     with monkeypatch.context() as patch, torch.backends.mkldnn.flags(enabled=False):
-        patch.delattr(VaswaniForConditionalGeneration, "_reorder_cache")
-        patch.delattr(VaswaniForConditionalGeneration, "_expand_inputs_for_generation")
+        patch.delattr(VaswaniGenerationMixin, "_reorder_cache")
+        patch.delattr(VaswaniGenerationMixin, "_expand_inputs_for_generation")
         patch.setattr(modeling, "is_cpu_decoding_step", lambda module, query: False)
         assert not hasattr(model, "_reorder_cache")
         torch.manual_seed(1)
@@ -174,7 +169,7 @@ def test_beams_of_a_sentence_hold_equal_cross_attention_keys_and_values(model, b
     """Where the encoder output is repeated per beam (transformers' own expansion), leaving the cross-attention cache
     unordered is still right: its rows are equal within each sentence."""
     beams = 4
-    monkeypatch.delattr(VaswaniForConditionalGeneration, "_expand_inputs_for_generation")
+    monkeypatch.delattr(VaswaniGenerationMixin, "_expand_inputs_for_generation")
     output = model.generate(**batch, num_beams=beams, max_new_tokens=6, return_dict_in_generate=True)
     cross = output.past_key_values.cross_attention_cache
     for layer in cross.layers:

@@ -1,11 +1,13 @@
 """generate(): the KV cache changes nothing, and the paper's decoding (Section 6.1) scores as the paper says."""
 
+import threading
+
 import pytest
 import torch
 from tiny_models import BOS, EOS, PAD, padded_batch, tiny_model
-from transformers import CompileConfig
+from transformers import CompileConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList
 
-from modeling_vaswani.modeling_vaswani import gnmt_length_penalty
+from modeling_vaswani.generation_vaswani import gnmt_length_penalty
 
 ALPHA = 0.6
 
@@ -129,12 +131,85 @@ def test_paper_decoding_stops_each_sentence_at_source_length_plus_50(model, batc
     assert output_lengths.tolist() == (batch["attention_mask"].sum(-1) + 50).tolist()
 
 
-def test_paper_decoding_defaults_and_refusals(model, batch):
-    assert (
-        model.generate(**batch, paper_decoding=True).shape
-        == model.generate(**batch, paper_decoding=True, num_beams=4).shape
+def test_paper_decoding_defaults_to_the_generation_configs_beams(model, batch):
+    assert torch.equal(
+        model.generate(**batch, paper_decoding=True), model.generate(**batch, paper_decoding=True, num_beams=4)
     )
-    with pytest.raises(ValueError, match="max_new_tokens=5"):
-        model.generate(**batch, paper_decoding=True, max_new_tokens=5)
-    # The option is scoped to its call: stock beam search afterwards is unaffected.
-    assert model._gnmt_alpha is None
+
+
+@pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.parametrize("cap", [{"max_new_tokens": 54}, {"max_length": 55}, {"max_new_tokens": 5}])
+def test_a_length_cap_lowers_each_sentences_limit(model, batch, num_beams, cap):
+    # Sources of 7, 3 and 5 tokens: limits of 57, 53 and 55 output tokens; the cap is the smaller of the two, sentence
+    # by sentence (max_length counts the decoder start token). </s> forbidden, so every sentence runs to its limit.
+    generated = model.generate(**batch, paper_decoding=True, num_beams=num_beams, bad_words_ids=[[EOS]], **cap)
+    cap_tokens = cap.get("max_new_tokens", cap.get("max_length", 0) - 1)
+    limits = (batch["attention_mask"].sum(-1) + 50).clamp(max=cap_tokens)
+    assert generated[:, 1:].ne(PAD).sum(-1).tolist() == limits.tolist()
+
+
+def test_a_cap_above_every_limit_changes_nothing(model, batch):
+    assert torch.equal(
+        model.generate(**batch, paper_decoding=True, max_new_tokens=500),
+        model.generate(**batch, paper_decoding=True),
+    )
+
+
+class LikelierEnd(LogitsProcessor):
+    """Makes </s> likely enough that hypotheses finish at several lengths, where the two length penalties rank them
+    differently (the tiny model's own </s> is too unlikely for ranking to matter)."""
+
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[:, EOS] += 2.0
+        return scores.log_softmax(-1)
+
+
+class WaitInsideGenerate(LogitsProcessor):
+    """Holds its generate() call at the first step until told to go on, so that another thread runs meanwhile."""
+
+    def __init__(self):
+        self.inside, self.go_on = threading.Event(), threading.Event()
+
+    def __call__(self, input_ids, scores):
+        self.inside.set()
+        assert self.go_on.wait(timeout=120), "the other thread never finished"
+        return scores
+
+
+def test_a_paper_decoding_call_does_not_change_a_plain_one_beside_it(model, batch):
+    """One model, two threads: a plain beam search that runs while a paper-decoding call is inside generate() gets
+    what it gets alone (the paper's ranking lives in the call's context, not on the model)."""
+    end = LikelierEnd()
+    settings = {"num_beams": 4, "length_penalty": ALPHA, "max_new_tokens": 60, "logits_processor": [end]}
+    plain_alone = model.generate(**batch, **settings)
+    paper_alone = model.generate(**batch, paper_decoding=True, logits_processor=[end])
+    assert not torch.equal(plain_alone, paper_alone), "the two rankings must differ here for the test to mean anything"
+
+    waiter, results = WaitInsideGenerate(), {}
+
+    def paper():
+        processors = LogitsProcessorList([end, waiter])
+        results["paper"] = model.generate(**batch, paper_decoding=True, logits_processor=processors)
+
+    thread = threading.Thread(target=paper)
+    thread.start()
+    try:
+        assert waiter.inside.wait(timeout=120)
+        results["plain"] = model.generate(**batch, **settings)  # while the paper call is held inside generate()
+    finally:
+        waiter.go_on.set()
+        thread.join()
+    assert torch.equal(results["plain"], plain_alone)
+    assert torch.equal(results["paper"], paper_alone)
+
+
+@pytest.mark.parametrize("hook", ["_update_finished_beams", "_check_early_stop_heuristic"])
+def test_paper_decoding_refuses_a_beam_search_that_skips_its_hooks(model, batch, monkeypatch, hook):
+    """As if a transformers release renamed a hook: beam search would call transformers' own method, rank by
+    |Y|^alpha, and the result would look fine. Paper decoding must raise instead."""
+    monkeypatch.setattr(type(model), hook, GenerationMixin.__dict__[hook])
+    with pytest.raises(RuntimeError, match=f"did not call {hook}"):
+        model.generate(**batch, paper_decoding=True)
+    assert model.generate(**batch, num_beams=4, max_new_tokens=5).shape[0] == 3, "stock beam search is unaffected"
+    model.generate(**batch, paper_decoding=True, num_beams=1)  # greedy ranks nothing: no hook needed

@@ -20,6 +20,7 @@ from training_setup import REPO, checkpoint_with_results
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import modeling_vaswani  # noqa: F401  (registers the model and the pipeline in this process)
+from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
 from modeling_vaswani.toolkit.hub import render_model_card, validate_checkpoint
 
 REPO_ID = "user/vaswani-tiny"
@@ -28,14 +29,12 @@ EXPECTED_FILES = {
     ".gitattributes",
     "README.md",
     "config.json",
-    "configuration_vaswani.py",
     "generation_config.json",
     "model.safetensors",
-    "modeling_vaswani.py",
-    "pipeline_vaswani.py",
     "results.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    *PAYLOAD_FILES,  # the model's code, the pipeline's, and what they import
 }
 
 # Loads a repository where the package cannot be imported: everything must come from the repository's remote code.

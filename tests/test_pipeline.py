@@ -8,7 +8,7 @@ from training_setup import tiny_checkpoint
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_vaswani import VaswaniConfig, VaswaniTranslationPipeline
-from modeling_vaswani.toolkit.hub import CUSTOM_PIPELINES
+from modeling_vaswani.remote_code_vaswani import CUSTOM_PIPELINES
 
 SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
 
@@ -51,8 +51,9 @@ def test_generate_options_pass_through(translator, checkpoint):
     ]
     two = translator(SENTENCES[:2], num_return_sequences=2)
     assert [len(candidates) for candidates in two] == [2, 2]  # one list of candidates per text
-    with pytest.raises(ValueError, match="paper_decoding sets the output length"):
-        translator(SENTENCES[0], max_new_tokens=5)
+    # A length cap under the paper's decoding lowers each sentence's limit (source length + 50).
+    capped = generated_texts(checkpoint, SENTENCES[:1], paper_decoding=True, max_new_tokens=3)
+    assert translator(SENTENCES[0], max_new_tokens=3) == [{"translation_text": capped[0]}]
 
 
 def test_empty_text_is_refused(translator):

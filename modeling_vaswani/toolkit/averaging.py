@@ -18,9 +18,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
-SINGLE_WEIGHTS = "model.safetensors"
-SHARDED_INDEX = "model.safetensors.index.json"
 CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 
 # Files of a checkpoint folder not copied to the averaged model: weights (the averaged safetensors replace them; a
@@ -98,13 +97,13 @@ def _check_destination(checkpoints: list[Path], output_dir: Path) -> None:
 
 def _weight_map(checkpoint: Path) -> dict[str, Path]:
     """Maps every tensor name of a checkpoint to the safetensors file holding it."""
-    if (checkpoint / SHARDED_INDEX).is_file():
-        index = json.loads((checkpoint / SHARDED_INDEX).read_text(encoding="utf-8"))
+    if (checkpoint / SAFE_WEIGHTS_INDEX_NAME).is_file():
+        index = json.loads((checkpoint / SAFE_WEIGHTS_INDEX_NAME).read_text(encoding="utf-8"))
         return {key: checkpoint / file for key, file in index["weight_map"].items()}
-    if (checkpoint / SINGLE_WEIGHTS).is_file():
-        with safe_open(checkpoint / SINGLE_WEIGHTS, framework="pt") as weights:
-            return dict.fromkeys(weights.keys(), checkpoint / SINGLE_WEIGHTS)
-    raise FileNotFoundError(f"checkpoint {checkpoint} has neither {SINGLE_WEIGHTS} nor {SHARDED_INDEX}")
+    if (checkpoint / SAFE_WEIGHTS_NAME).is_file():
+        with safe_open(checkpoint / SAFE_WEIGHTS_NAME, framework="pt") as weights:
+            return dict.fromkeys(weights.keys(), checkpoint / SAFE_WEIGHTS_NAME)
+    raise FileNotFoundError(f"checkpoint {checkpoint} has neither {SAFE_WEIGHTS_NAME} nor {SAFE_WEIGHTS_INDEX_NAME}")
 
 
 def _check_same_keys(checkpoints: list[Path], weight_maps: list[dict[str, Path]]) -> None:
@@ -139,8 +138,8 @@ def _write_averaged_weights(checkpoints: list[Path], weight_maps: list[dict[str,
             }
             metadata = handle(file).metadata() or {}
             save_file(tensors, destination / file.name, metadata={"format": "pt", **metadata})
-    if (checkpoints[-1] / SHARDED_INDEX).is_file():
-        shutil.copy2(checkpoints[-1] / SHARDED_INDEX, destination / SHARDED_INDEX)
+    if (checkpoints[-1] / SAFE_WEIGHTS_INDEX_NAME).is_file():
+        shutil.copy2(checkpoints[-1] / SAFE_WEIGHTS_INDEX_NAME, destination / SAFE_WEIGHTS_INDEX_NAME)
 
 
 def _average_tensor(key: str, checkpoints: list[Path], sources: list) -> torch.Tensor:

@@ -16,7 +16,6 @@ import math
 import os
 import re
 import shutil
-import sys
 import tempfile
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -25,14 +24,12 @@ from pathlib import Path
 from huggingface_hub import HfApi, ModelCard
 from safetensors import safe_open
 from transformers import AutoTokenizer
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..configuration_vaswani import VaswaniConfig
-from ..modeling_vaswani import CUSTOM_PIPELINES, VaswaniForConditionalGeneration, VaswaniModel
-from ..pipeline_vaswani import VaswaniTranslationPipeline
+from ..remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
 
 TEMPLATES = Path(str(resources.files(__package__) / "model_cards"))  # package data
-WEIGHTS = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 RESULTS = "results.json"
 # The card's result fields and where results.json (as vaswani-train writes it) holds them.
@@ -72,19 +69,6 @@ class Checkpoint:
     config: VaswaniConfig
     parameters: int
     results: dict | None
-
-
-def code_module(cls) -> str:
-    """The flat module name a class has in a checkpoint: its file's name, as save_pretrained writes auto_map."""
-    return cls.__module__.rsplit(".", 1)[-1]
-
-
-REMOTE_CODE = [VaswaniConfig, VaswaniModel, VaswaniForConditionalGeneration, VaswaniTranslationPipeline]
-AUTO_MAP = {
-    "AutoConfig": f"{code_module(VaswaniConfig)}.VaswaniConfig",
-    "AutoModel": f"{code_module(VaswaniModel)}.VaswaniModel",
-    "AutoModelForSeq2SeqLM": f"{code_module(VaswaniForConditionalGeneration)}.VaswaniForConditionalGeneration",
-}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -131,11 +115,13 @@ def read_json(path: Path) -> dict:
 
 def weight_files(folder: Path) -> list[Path]:
     """model.safetensors, or every shard named by model.safetensors.index.json, all checked to exist."""
-    if (folder / WEIGHTS).is_file():
-        return [folder / WEIGHTS]
-    index = folder / WEIGHTS_INDEX
+    if (folder / SAFE_WEIGHTS_NAME).is_file():
+        return [folder / SAFE_WEIGHTS_NAME]
+    index = folder / SAFE_WEIGHTS_INDEX_NAME
     if not index.is_file():
-        raise CheckpointError(f"{folder} has no weights: expected {WEIGHTS} or {WEIGHTS_INDEX} with its shards")
+        raise CheckpointError(
+            f"{folder} has no weights: expected {SAFE_WEIGHTS_NAME} or {SAFE_WEIGHTS_INDEX_NAME} with its shards"
+        )
     shards = sorted(set(read_json(index).get("weight_map", {}).values()))
     if not shards:
         raise CheckpointError(f"{index} names no shards in its weight_map")
@@ -328,7 +314,7 @@ def check_card(card: str, with_results: bool) -> None:
 
 def stage(checkpoint: Checkpoint, card: str, staging: Path) -> None:
     """The files to upload: the checkpoint's top-level files, the card, this package's code and a config naming it."""
-    code = {Path(sys.modules[cls.__module__].__file__) for cls in REMOTE_CODE}
+    code = payload_files()
     replaced = REPLACED | {path.name for path in code}
     for path in sorted(checkpoint.folder.iterdir()):
         if path.is_file() and not path.name.startswith(".") and path.name not in replaced:
