@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 from datasets import DatasetDict
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
 
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from .data import MULTI30K_SPLITS, load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
@@ -67,6 +67,10 @@ class DataArguments:
     max_eval_samples: int | None = field(
         default=None, metadata={"help": "use only the first N validation and test pairs (quick runs)"}
     )
+    max_validation_samples: int | None = field(
+        default=None,
+        metadata={"help": "evaluate during training on the first N validation pairs only; default: the preset's"},
+    )
     max_length: int | None = field(
         default=None,
         metadata={"help": "drop (and count in the log) training pairs with more tokens on either side"},
@@ -109,7 +113,8 @@ def load_data(args: DataArguments) -> DatasetDict:
         data = load_multi30k(**languages)
     if "train" not in data:
         raise ValueError(f"no training split: the data has {list(data)}")
-    limits = {"train": args.max_train_samples, args.validation_split: args.max_eval_samples}
+    validation_limits = [n for n in (args.max_eval_samples, args.max_validation_samples) if n is not None]
+    limits = {"train": args.max_train_samples, args.validation_split: min(validation_limits, default=None)}
     limits[args.test_split] = args.max_eval_samples
     for split, limit in limits.items():
         if limit is not None and split in data:
@@ -147,6 +152,9 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
     validation = data.get(data_args.validation_split)
     if validation is not None:
         validation = tokenize_pairs(validation, tokenizer, source_lang, target_lang)
+    elif training_args.eval_strategy != IntervalStrategy.NO:
+        logger.warning("no %r split to evaluate on: no evaluation during training", data_args.validation_split)
+        training_args.eval_strategy = IntervalStrategy.NO
 
     if model_args.model_name_or_path:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)

@@ -13,6 +13,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -32,7 +33,8 @@ from .batching import TokenBudgetBatchSampler
 logger = logging.getLogger(__name__)
 
 # Model presets. "small" is this project's, sized for the shipped Multi30k on a CPU in under half an hour;
-# "base" and "big" are Table 3's. Each also names the training settings that differ from the paper's defaults.
+# "base" and "big" are Table 3's, whose shapes live in the configuration (VaswaniConfig.base, VaswaniConfig.big).
+# Each also names the training settings that differ from the paper's defaults.
 # The small preset's schedule is tuned to 27 minutes of training on 2 CPU cores (about 2.3 steps a second): more,
 # smaller batches and a peak learning rate of 2e-3 instead of Equation 3's d_model^-0.5 * warmup^-0.5 (3.1e-3
 # here); its length penalty alpha was chosen on Multi30k's validation set, as the paper chose 0.6 on newstest2013
@@ -40,7 +42,7 @@ logger = logging.getLogger(__name__)
 # base and big save a checkpoint about every 10 minutes of the paper's P100 time (0.4 s and 1.0 s a step).
 PRESETS = {
     "small": {
-        "model": {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "num_heads": 4, "d_ff": 1024},
+        "config": partial(VaswaniConfig.base, d_model=256, encoder_layers=3, decoder_layers=3, num_heads=4, d_ff=1024),
         "training": {
             "vocab_size": 8000,
             "max_tokens": 1500,
@@ -52,26 +54,34 @@ PRESETS = {
             "average_last_checkpoints": 5,
             "logging_steps": 50,
             "length_penalty": 1.0,
+            # Validation loss and BLEU on the training curves, on 300 sentences: a few seconds every 500 steps.
+            "eval_strategy": "steps",
+            "eval_steps": 500,
+            "max_validation_samples": 300,
         },
     },
     "base": {
-        "model": {},
+        "config": VaswaniConfig.base,
         "training": {
             "vocab_size": 37000,
             "max_steps": 100_000,
             "warmup_steps": 4000,
             "save_steps": 1500,
             "average_last_checkpoints": 5,
+            "eval_strategy": "steps",
+            "eval_steps": 6000,
         },
     },
     "big": {
-        "model": {"d_model": 1024, "num_heads": 16, "d_ff": 4096, "dropout": 0.3},
+        "config": VaswaniConfig.big,
         "training": {
             "vocab_size": 37000,
             "max_steps": 300_000,
             "warmup_steps": 4000,
             "save_steps": 600,
             "average_last_checkpoints": 20,
+            "eval_strategy": "steps",
+            "eval_steps": 6000,
         },
     },
 }
@@ -81,7 +91,7 @@ def preset_config(preset: str, tokenizer=None, **overrides) -> VaswaniConfig:
     """The preset's VaswaniConfig, its vocabulary and special ids taken from `tokenizer` when given."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
-    values = dict(PRESETS[preset]["model"])
+    values = {}
     if tokenizer is not None:
         values.update(
             vocab_size=len(tokenizer),
@@ -90,7 +100,7 @@ def preset_config(preset: str, tokenizer=None, **overrides) -> VaswaniConfig:
             eos_token_id=tokenizer.eos_token_id,
             decoder_start_token_id=tokenizer.bos_token_id,
         )
-    return VaswaniConfig(**{**values, **overrides})
+    return PRESETS[preset]["config"](**{**values, **overrides})
 
 
 def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:

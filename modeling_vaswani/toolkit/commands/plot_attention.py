@@ -1,4 +1,6 @@
-"""Draws attention maps, as in Figures 3-5 of the paper, for one sentence and a checkpoint.
+"""Draws attention maps, as in Figures 3-5 of the paper, for one sentence and a checkpoint: one PNG per attention
+kind and layer (OUTPUT_DIR/KIND_layerN.png) with the chosen heads side by side, tokens labelled as text ("##"
+marks a token that continues the word before it). Prints the files written.
 
 vaswani-plot-attention runs/small/averaged "A man rides a bike." --layers 2 --heads 0 1
 """
@@ -15,9 +17,17 @@ def main(argv=None):
     parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer)")
     parser.add_argument("sentence", help="the source sentence")
     parser.add_argument("--layers", type=int, nargs="+", help="layers, from 0 (default: the last)")
-    parser.add_argument("--heads", type=int, nargs="+", help="heads, from 0 (default: all)")
-    parser.add_argument("--kinds", nargs="+", default=list(ATTENTION_KINDS), choices=list(ATTENTION_KINDS))
-    parser.add_argument("--output_dir", default="attention", help="folder for the PNG files")
+    parser.add_argument(
+        "--heads", type=int, nargs="+", help="heads, from 0, drawn side by side in each layer's figure (default: all)"
+    )
+    parser.add_argument(
+        "--kinds",
+        nargs="+",
+        default=list(ATTENTION_KINDS),
+        choices=list(ATTENTION_KINDS),
+        help="encoder and decoder self-attention, encoder-decoder (cross) attention (default: all three)",
+    )
+    parser.add_argument("--output_dir", default="attention", help="folder for the PNG files, one per kind and layer")
     parser.add_argument("--trust_remote_code", action="store_true", help="load the model's code from the checkpoint")
     arguments = parser.parse_args(argv)
 
