@@ -44,6 +44,7 @@ setup(
             "sacrebleu>=2.4",
             "accelerate>=1.0",
             "tokenizers>=0.21",
+            "tqdm>=4.60",  # progress bars over translation (toolkit/translation.py)
             "tensorboard>=2.15",
             "matplotlib>=3.8",
         ],

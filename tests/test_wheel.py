@@ -1,0 +1,277 @@
+"""The package as a user installs it: the wheel built from the checkout, installed outside it, its commands run.
+
+The wheel is built (sdist first, then the wheel from the sdist, as `python -m build` does) from a copy of the checkout,
+so that no build/ or egg-info of the checkout gets into it. It is installed into a new virtual environment in a
+temporary folder, without its dependencies: a .pth file there lists this environment's site-packages, so torch and
+the rest are found without being installed again. A directory named in a .pth file is appended to sys.path but its own
+.pth files are not run, so the editable install of this checkout (a .pth that installs an import finder) stays off;
+`test_the_installed_package_is_the_wheel_not_the_checkout` checks that it does. Every command then runs through the
+new environment's console scripts, from an empty folder, with PYTHONPATH unset.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+from hub_server import Repo
+from huggingface_hub import ModelCard
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = {
+    "vaswani-train": "train",
+    "vaswani-train-tokenizer": "train_tokenizer",
+    "vaswani-translate": "translate",
+    "vaswani-evaluate": "evaluate",
+    "vaswani-average": "average",
+    "vaswani-plot-attention": "plot_attention",
+    "vaswani-push": "push",
+}
+TOOLKIT = "modeling_vaswani/toolkit"
+MULTI30K = f"{TOOLKIT}/corpora/multi30k"
+PACKAGE_DATA = [
+    *(f"{MULTI30K}/{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")),
+    f"{MULTI30K}/README.md",
+    f"{TOOLKIT}/model_cards/vaswani-base.md",
+    f"{TOOLKIT}/model_cards/vaswani-big.md",
+    f"{TOOLKIT}/metrics/bleu/bleu.py",
+]
+# Not copied for the build: what a fresh clone has not (outputs of builds, tools and runs; see .gitignore).
+NOT_SOURCES = shutil.ignore_patterns(
+    ".git", ".venv", ".tox", "build", "dist", "*.egg-info", ".eggs", "__pycache__", "*.pyc", ".pytest_cache",
+    ".ruff_cache", "runs", "outputs", ".whl", ".gl", "wheelhouse",
+)  # fmt: skip
+# Settings that would put the checkout, or caches shared with other runs, in front of the installed package.
+DROPPED_ENV = (
+    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
+    "TRANSFORMERS_CACHE", "HF_MODULES_CACHE", "HF_DATASETS_CACHE", "HF_EVALUATE_CACHE",
+)  # fmt: skip
+REPO_ID = "user/vaswani-wheel"
+# The small preset, cut to 4 optimizer steps on 400 sentence pairs, 2 checkpoints averaged, 8 test sentences.
+TRAIN_FLAGS = [
+    "--max_steps", "4", "--save_steps", "2", "--average_last_checkpoints", "2", "--warmup_steps", "2",
+    "--logging_steps", "2", "--max_tokens", "600", "--max_train_samples", "400", "--vocab_size", "300",
+    "--max_eval_samples", "8", "--disable_tqdm", "true",
+]  # fmt: skip
+
+# Run by the new environment's python: where the package and its data come from, and what sys.path holds.
+PROBE = """
+import importlib, json, pkgutil, sys
+import modeling_vaswani, modeling_vaswani.toolkit.commands as commands
+for module in pkgutil.iter_modules(commands.__path__):
+    importlib.import_module(f"{commands.__name__}.{module.name}")
+from modeling_vaswani.toolkit import data, hub, metrics
+print(json.dumps({
+    "package": modeling_vaswani.__file__,
+    "modules": {name: getattr(module, "__file__", None) for name, module in sys.modules.items()
+                if name.split(".")[0] == "modeling_vaswani"},
+    "data": [str(data.MULTI30K_DIR), str(hub.TEMPLATES), str(metrics.BLEU_PATH)],
+    "sys_path": sys.path,
+    "meta_path": [repr(finder) for finder in sys.meta_path],
+    "path_hooks": [repr(hook) for hook in sys.path_hooks],
+}))
+"""
+
+
+def run(command, *, cwd, env, input=None, timeout=300) -> subprocess.CompletedProcess:
+    """Runs `command`; a failure's message holds the command, its exit status and the end of its output."""
+    command = [str(part) for part in command]
+    result = subprocess.run(command, cwd=cwd, env=env, input=input, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, (
+        f"{' '.join(command)} (in {cwd}) exited with {result.returncode}\n"
+        f"--- stdout ---\n{result.stdout[-3000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
+    )
+    return result
+
+
+def clean_env(env: dict, hf_home: Path) -> dict:
+    env = {k: v for k, v in env.items() if k not in DROPPED_ENV}
+    env.update(HF_HOME=str(hf_home), OMP_NUM_THREADS="1", PYTHONNOUSERSITE="1")
+    return env
+
+
+def build(source: Path, outdir: Path) -> Path:
+    """sdist, then the wheel from it. Without isolation if this environment can build it (setuptools is a dependency
+    of torch and tensorboard), else in an isolated environment with setuptools from the package index."""
+    command = [sys.executable, "-m", "build", "--outdir", str(outdir), str(source)]
+    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
+    offline = subprocess.run([*command, "--no-isolation"], env=env, capture_output=True, text=True, timeout=300)
+    if offline.returncode != 0:
+        shutil.rmtree(outdir, ignore_errors=True)
+        isolated = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert isolated.returncode == 0, (
+            f"the wheel does not build.\n--- without isolation ---\n{offline.stdout[-3000:]}{offline.stderr[-3000:]}"
+            f"\n--- isolated ---\n{isolated.stdout[-3000:]}{isolated.stderr[-3000:]}"
+        )
+    wheels = sorted(outdir.glob("*.whl"))
+    assert len(wheels) == 1, f"expected one wheel in {outdir}, found {[p.name for p in outdir.iterdir()]}"
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """The wheel built from the checkout and installed into a new virtual environment outside it."""
+    root = tmp_path_factory.mktemp("wheel")
+    source = root / "source"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCES, symlinks=True)
+    wheel = build(source, root / "dist")
+
+    venv = root / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=root, env=os.environ)
+    python = venv / "bin" / "python"
+    pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check"]
+    # Installed before the .pth exists: pip must see no modeling_vaswani there (this environment's editable one).
+    run([*pip, "install", "--no-deps", "--no-index", "--no-compile", wheel], cwd=root, env=os.environ)
+    site_packages = Path(
+        run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=root, env=os.environ)
+        .stdout.strip()
+    )  # fmt: skip
+    (site_packages / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    empty = root / "empty"
+    empty.mkdir()
+    return {
+        "wheel": wheel,
+        "bin": venv / "bin",
+        "python": python,
+        "site_packages": site_packages,
+        "env": clean_env(dict(os.environ), root / "hf_home"),
+        "empty": empty,
+    }
+
+
+@pytest.fixture(scope="module")
+def trained(installed, tmp_path_factory):
+    """`vaswani-train` from an empty folder on the shipped Multi30k, offline; the folder and the command's output."""
+    work = tmp_path_factory.mktemp("train")
+    env = {**installed["env"], "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    result = run([installed["bin"] / "vaswani-train", *TRAIN_FLAGS], cwd=work, env=env)
+    return work, result
+
+
+def test_the_wheel_holds_the_modules_the_package_data_and_the_commands(installed):
+    with zipfile.ZipFile(installed["wheel"]) as wheel:
+        names = set(wheel.namelist())
+        (dist_info,) = {name.split("/")[0] for name in names if name.split("/")[0].endswith(".dist-info")}
+        entry_points = wheel.read(f"{dist_info}/entry_points.txt").decode()
+    modules = {path.relative_to(REPO).as_posix() for path in (REPO / "modeling_vaswani").rglob("*.py")}
+    missing = sorted((modules | set(PACKAGE_DATA)) - names)
+    assert not missing, f"the wheel lacks {missing}; it has {sorted(names)}"
+    top_level = {name.split("/")[0] for name in names}
+    assert top_level == {"modeling_vaswani", dist_info}, f"the wheel installs more than the package: {top_level}"
+
+    scripts = {}
+    section = None
+    for line in entry_points.splitlines():
+        if line.startswith("["):
+            section = line.strip("[]")
+        elif "=" in line and section == "console_scripts":
+            name, target = (part.strip() for part in line.split("=", 1))
+            scripts[name] = target
+    expected = {name: f"modeling_vaswani.toolkit.commands.{module}:main" for name, module in COMMANDS.items()}
+    assert scripts == expected, f"entry_points.txt:\n{entry_points}"
+    for target in scripts.values():
+        module = target.split(":")[0].replace(".", "/") + ".py"
+        assert module in names, f"entry point {target}: {module} is not in the wheel"
+    for name in COMMANDS:
+        script = installed["bin"] / name
+        assert script.is_file(), f"{name} was not installed into {installed['bin']}"
+        assert script.read_text().splitlines()[0] == f"#!{installed['python']}", f"{script} runs another python"
+
+
+def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
+    probe = json.loads(run([installed["python"], "-c", PROBE], cwd=installed["empty"], env=installed["env"]).stdout)
+    site_packages = installed["site_packages"].resolve()
+
+    def inside(path, folder) -> bool:
+        return Path(path).resolve().is_relative_to(folder)
+
+    assert inside(probe["package"], site_packages), f"modeling_vaswani imported from {probe['package']}"
+    elsewhere = {name: file for name, file in probe["modules"].items() if not file or not inside(file, site_packages)}
+    assert not elsewhere, f"modules not from the installed wheel: {elsewhere}"
+    assert len(probe["modules"]) > len(COMMANDS), probe["modules"]
+    for path in probe["data"]:
+        assert inside(path, site_packages) and Path(path).exists(), f"package data at {path}"
+    # This environment's site-packages lies inside the checkout (.venv): the one entry allowed to.
+    dependencies = Path(sysconfig.get_path("purelib")).resolve()
+    leaked = [
+        entry
+        for entry in probe["sys_path"]
+        if entry and inside(entry, REPO.resolve()) and Path(entry).resolve() != dependencies
+    ]
+    assert not leaked, f"sys.path holds the checkout: {leaked} (all: {probe['sys_path']})"
+    finders = [f for f in probe["meta_path"] + probe["path_hooks"] if "editable" in f.lower() or str(REPO) in f]
+    assert not finders, f"an editable install's import hook is active: {finders}"
+
+
+def test_vaswani_train_runs_on_the_shipped_data_from_an_empty_folder(trained):
+    work, result = trained
+    run_dir = work / "runs" / "small"  # the small preset's default output_dir, relative to the working folder
+    model_dir = run_dir / "averaged"
+    assert "sacreBLEU" in result.stdout and "tokenized BLEU" in result.stdout, result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "model: runs/small/averaged", result.stdout
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "results.json"):
+        assert (model_dir / name).is_file(), f"{model_dir} lacks {name}: {sorted(os.listdir(model_dir))}"
+    assert (run_dir / "training_curves.png").stat().st_size > 0
+    results = json.loads((model_dir / "results.json").read_text())
+    assert results["train"]["step"] == 4, results["train"]
+    assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a"), results["test"]
+    assert results["test_set"]["dataset_id"] == "multi30k", results["test_set"]
+    assert results["test_set"]["dataset_split"] == "test_2016_flickr", results["test_set"]
+    assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 8
+    config = json.loads((model_dir / "config.json").read_text())
+    assert (config["d_model"], config["encoder_layers"], config["num_heads"]) == (256, 3, 4), config  # small preset
+    assert config["vocab_size"] <= 300, config
+
+
+def test_vaswani_translate_translates_standard_input(installed, trained):
+    work, _ = trained
+    env = {**installed["env"], "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    command = [installed["bin"] / "vaswani-translate", work / "runs" / "small" / "averaged"]
+    result = run(command, cwd=installed["empty"], env=env, input="A man rides a bike.\n")
+    assert len(result.stdout.splitlines()) == 1, f"one sentence in, {result.stdout!r} out"
+
+
+def test_vaswani_push_uploads_the_model_card_rendered_from_the_installed_templates(installed, trained, hub_server):
+    work, _ = trained
+    model_dir = work / "runs" / "small" / "averaged"
+    env = clean_env(hub_server.client_env(work / "hf_home_push"), work / "hf_home_push")
+    result = run([installed["bin"] / "vaswani-push", model_dir, REPO_ID], cwd=installed["empty"], env=env)
+    assert result.stdout.strip().splitlines()[-1] == f"{hub_server.url}/{REPO_ID}", result.stdout
+
+    repo = Repo(hub_server.root, "model", REPO_ID)
+    tree = repo.snapshot("main")[1]["tree"]
+    for name in ("README.md", "config.json", "model.safetensors", "tokenizer.json", "results.json"):
+        assert name in tree, f"the push did not upload {name}: {sorted(tree)}"
+    # The model's code in the repository is the installed package's.
+    for name in ("configuration_vaswani.py", "modeling_vaswani.py", "pipeline_vaswani.py"):
+        assert name in tree, f"the push did not upload {name}: {sorted(tree)}"
+        installed_code = (installed["site_packages"] / "modeling_vaswani" / name).read_bytes()
+        assert repo.blob_path(tree[name]).read_bytes() == installed_code, f"{name} differs from the installed one"
+
+    card = repo.blob_path(tree["README.md"]).read_text(encoding="utf-8")
+    config = json.loads((model_dir / "config.json").read_text())
+    results = json.loads((model_dir / "results.json").read_text())
+    assert card.startswith("---\n") and "{{" not in card, card[:3000]
+    assert "# vaswani-wheel\n" in card and "Multi30k, test2016 (flickr)" in card, card[:3000]
+    rows = {
+        "N (encoder, decoder layers)": f"{config['encoder_layers']}, {config['decoder_layers']}",
+        "d_model": config["d_model"],
+        "d_ff": config["d_ff"],
+        "h (heads)": config["num_heads"],
+        "shared BPE vocabulary": config["vocab_size"],
+    }
+    for row, value in rows.items():
+        assert f"| {row} | {value} |" in card, f"the card's model table does not give {row} = {value}:\n{card}"
+    assert "trained for 4 steps" in card, card
+    scores = {result.metric_name: result.metric_value for result in ModelCard(card).data.eval_results}
+    expected = {
+        "sacreBLEU": round(results["test"]["sacrebleu"], 2),
+        "tokenized BLEU (compound split, as in the paper)": round(results["test"]["tokenized_bleu"], 2),
+    }
+    assert scores == expected, f"the card's model-index: {scores}, results.json: {results['test']}"
