@@ -160,3 +160,16 @@ def test_blank_corpus_and_bad_bytes_are_rejected(tmp_path):
     latin1.write_bytes("Ein Mann.\nZwei Hunde.\nGrüße\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1\.de, line 3: not valid UTF-8"):
         train_tokenizer(latin1, vocab_size=300)
+
+
+def test_the_recipe_trains_from_the_dataset_as_from_the_files(slice_files, tokenizer, tmp_path):
+    """The job streams the training split's sentences from Arrow, a batch at a time, instead of writing them to
+    files: the vocabulary must come out exactly as from the same sentences in files (source file, then target)."""
+    from modeling_vaswani.toolkit.data import load_text_pairs
+    from modeling_vaswani.toolkit.recipe import ModelArguments, prepare_tokenizer, split_texts
+
+    pairs = load_text_pairs(*slice_files, source_lang="en", target_lang="de")
+    assert list(split_texts(pairs, "de", batch_size=7)) == gz_lines(slice_files[1])  # order kept across batches
+    streamed = prepare_tokenizer(ModelArguments(vocab_size=VOCAB_SIZE), pairs, "en", "de", tmp_path)
+    assert streamed.get_vocab() == tokenizer.get_vocab()
+    assert streamed.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()  # merges in the same order

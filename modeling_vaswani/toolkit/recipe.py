@@ -6,7 +6,7 @@ and the flags below change it.
 
 import json
 import logging
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +17,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser,
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from .data import MULTI30K_SPLITS, load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
 from .plotting import plot_training_curves
-from .tokenizer import train_tokenizer
+from .tokenizer import train_tokenizer_from_texts
 from .training import PRESETS, VaswaniTrainer, VaswaniTrainingArguments, preset_config
 from .translation import bleu, translate
 
@@ -127,18 +127,20 @@ def prepare_tokenizer(model_args: ModelArguments, train_split, source_lang: str,
     name = model_args.tokenizer_name_or_path or model_args.model_name_or_path
     if name:
         return AutoTokenizer.from_pretrained(name)
-    with tempfile.TemporaryDirectory() as folder:
-        files = []
-        for language in (source_lang, target_lang):
-            path = Path(folder) / f"train.{language}"
-            path.write_text("\n".join(pair[language] for pair in train_split["translation"]) + "\n", encoding="utf-8")
-            files.append(path)
-        return train_tokenizer(files, vocab_size=model_args.vocab_size, output_dir=output_dir / "tokenizer")
+    texts = (text for language in (source_lang, target_lang) for text in split_texts(train_split, language))
+    where = f"the training split's {source_lang} and {target_lang} sentences"
+    return train_tokenizer_from_texts(texts, model_args.vocab_size, output_dir / "tokenizer", where=where)
+
+
+def split_texts(split, language: str, batch_size: int = 10_000) -> Iterator[str]:
+    """One language's sentences of a `translation` split, read from its Arrow data a batch at a time, so that no
+    Python object per pair of a corpus of millions is held at once."""
+    for batch in split.select_columns("translation").iter(batch_size=batch_size):
+        yield from (pair[language] for pair in batch["translation"])
 
 
 def sources_and_references(split, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
-    pairs = split["translation"]
-    return [pair[source_lang] for pair in pairs], [pair[target_lang] for pair in pairs]
+    return list(split_texts(split, source_lang)), list(split_texts(split, target_lang))
 
 
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:

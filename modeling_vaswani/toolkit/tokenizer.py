@@ -11,7 +11,7 @@ NFC normalization makes composed and decomposed "ü" one token; NFC text (Multi3
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -47,16 +47,15 @@ def _check_int(name: str, value: object, minimum: int, why: str) -> None:
         raise ValueError(f"{name} must be an int >= {minimum} ({why}), got {value!r}")
 
 
-def _corpus_lines(paths: list[Path]) -> Iterator[str]:
-    # Blank lines carry nothing to learn from; bad bytes raise with file and line from iter_text_lines.
+def _nonblank(texts: Iterable[str], where: object) -> Iterator[str]:
+    # Blank lines carry nothing to learn from.
     seen_text = False
-    for path in paths:
-        for _, text in iter_text_lines(path):
-            if text.strip():
-                seen_text = True
-                yield text
+    for text in texts:
+        if text.strip():
+            seen_text = True
+            yield text
     if not seen_text:
-        raise ValueError(f"no text in {[str(path) for path in paths]}; expected sentences to learn a vocabulary from")
+        raise ValueError(f"no text in {where}; expected sentences to learn a vocabulary from")
 
 
 def _byte_level_bpe() -> Tokenizer:
@@ -83,6 +82,22 @@ def train_tokenizer(
     The vocabulary can come out smaller than `vocab_size` when the corpus has fewer pairs seen `min_frequency` times.
     """
     paths = _check_files(files)
+    lines = (text for path in paths for _, text in iter_text_lines(path))  # bad bytes raise with file and line
+    where = [str(path) for path in paths]
+    return train_tokenizer_from_texts(lines, vocab_size, output_dir, min_frequency, show_progress, where=where)
+
+
+def train_tokenizer_from_texts(
+    texts: Iterable[str],
+    vocab_size: int = 37000,
+    output_dir: str | Path | None = None,
+    min_frequency: int = 2,
+    show_progress: bool = False,
+    where: object = "the texts",
+) -> PreTrainedTokenizerFast:
+    """`train_tokenizer` on texts as they stream by (both languages' sentences, one after the other), so that a
+    corpus of millions of pairs is never held in memory: the recipe streams them from the dataset's Arrow files.
+    `where` names the texts in the error raised when none holds any text."""
     _check_int("vocab_size", vocab_size, MIN_VOCAB_SIZE, f"{len(SPECIAL_TOKENS)} special tokens + 256 bytes")
     _check_int("min_frequency", min_frequency, 1, "occurrences of a pair before it is merged")
     backend = _byte_level_bpe()
@@ -93,7 +108,7 @@ def train_tokenizer(
         initial_alphabet=BYTE_ALPHABET,
         show_progress=show_progress,
     )
-    backend.train_from_iterator(_corpus_lines(paths), trainer=trainer)
+    backend.train_from_iterator(_nonblank(texts, where), trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=backend,
         pad_token=PAD,
