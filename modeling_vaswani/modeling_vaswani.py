@@ -319,7 +319,16 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         # remote_code_vaswani.py. transformers alone would copy only this file's imports and name only this class.
         if self.is_remote_code():
             declare_remote_code(self.config)
-        result = super().save_pretrained(save_directory, *args, **kwargs)
+        # FSDP2 swaps the class for its FSDP<Class> subclass, defined in torch's _fsdp_init.py: transformers would copy
+        # that file and its siblings and name it in auto_map. The payload and declare_remote_code cover our classes.
+        fsdp_class = type(self) if type(self).__module__.startswith("torch.") else None
+        if fsdp_class is not None:
+            fsdp_class._auto_class = None
+        try:
+            result = super().save_pretrained(save_directory, *args, **kwargs)
+        finally:
+            if fsdp_class is not None:
+                del fsdp_class._auto_class  # back to the one it inherits
         if self.is_remote_code() and kwargs.get("is_main_process", True):
             copy_payload(save_directory)
         return result
@@ -473,6 +482,9 @@ class VaswaniModel(VaswaniPreTrainedModel):
         self.shared = nn.Embedding(config.vocab_size, config.d_model)
         self.encoder = VaswaniEncoder(config)
         self.decoder = VaswaniDecoder(config)
+        # One module, not three holding one tied matrix: FSDP2 (torch >= 2.13) refuses a parameter seen by two shard
+        # groups, and accelerate puts `shared` with the lm_head in one group, the stacks' embed_tokens in the root's.
+        self.encoder.embed_tokens = self.decoder.embed_tokens = self.shared
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:

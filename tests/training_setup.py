@@ -1,6 +1,7 @@
 """A real tokenizer and a tiny model on a slice of the shipped Multi30k, for the training and Hub tests."""
 
 import json
+import socket
 from pathlib import Path
 
 import torch
@@ -60,3 +61,10 @@ def checkpoint_with_results(folder: Path, seed: int = 0) -> Path:
 
 def tokenized_slice(tokenizer, count: int, split: str = "train"):
     return tokenize_pairs(load_multi30k(split).select(range(count)), tokenizer, "en", "de")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a rendezvous of training processes."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
