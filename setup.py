@@ -50,5 +50,6 @@ setup(
         ],
         "dev": ["pytest>=8.0", "ruff>=0.6", "tox>=4.0", "build>=1.0"],
         "bench": ["ctranslate2>=4.0"],  # benchmarks/benchmark.py's third implementation
+        "deepspeed": ["deepspeed>=0.15"],  # scripts/accelerate/deepspeed_zero2.yaml
     },
 )
