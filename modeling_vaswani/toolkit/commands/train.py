@@ -11,6 +11,8 @@ import json
 import logging
 import sys
 
+import torch
+
 from ..allocator import keep_freed_memory
 from ..recipe import parse_arguments, run
 
@@ -27,3 +29,8 @@ def main(argv=None):
         )
     print(f"model: {results['model_dir']}")
     print(json.dumps({k: v for k, v in results.items() if k != "model_dir"}, indent=2), file=sys.stderr)
+    # Under torchrun or accelerate launch, leave the process group before exiting: its communication threads still
+    # running at interpreter exit can abort a rank ("terminate called without an active exception") after the job.
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
