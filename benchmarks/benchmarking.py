@@ -628,6 +628,7 @@ def machine() -> dict:
 
     facts = {
         "cpu": cpu_name(),
+        "cpu_flags": cpu_flags(),
         "cpu_count": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
@@ -652,6 +653,18 @@ def cpu_name() -> str:
                 if line.startswith("model name"):
                     return line.split(":", 1)[1].strip()
     return platform.processor() or "unknown"
+
+
+# The instruction sets that decide CPU matmul speed: hosts of the same name differ in them from one day to the next.
+SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_flags() -> list[str]:
+    if not os.path.exists("/proc/cpuinfo"):
+        return []
+    with open("/proc/cpuinfo") as cpuinfo:
+        flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    return [flag for flag in SIMD_FLAGS if flag in flags]
 
 
 def run_benchmark(

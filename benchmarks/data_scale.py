@@ -16,7 +16,9 @@ import argparse
 import gzip
 import json
 import math
+import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -24,8 +26,11 @@ import threading
 import time
 from pathlib import Path
 
+from benchmarking import machine
+
 LANGUAGES = ("en", "de")
-STAGES = ("load", "tokenizer", "tokenize", "sampler", "steps")
+STAGES = ("load", "tokenizer", "tokenize", "filter", "sampler", "steps")
+MAX_LENGTH = 256  # tokens a side, kept by the length filter (the synthetic pairs are far shorter)
 
 
 def multi30k_pairs() -> list[tuple[str, str]]:
@@ -95,10 +100,12 @@ class PeakMemory:
         self.peak = max(self.peak, self.process.memory_info().rss)
 
 
-def run_stages(corpus: Path, form: str, vocab_size: int, steps: int, max_tokens: int, model: str) -> dict:
+def run_stages(
+    corpus: Path, form: str, vocab_size: int, steps: int, max_tokens: int, model: str, num_proc: int | None
+) -> dict:
     """The job's preparation and first steps, stage by stage, in this process. Returns seconds and peak MiB each."""
     from modeling_vaswani.toolkit.batching import TokenBudgetBatchSampler
-    from modeling_vaswani.toolkit.data import tokenize_pairs
+    from modeling_vaswani.toolkit.data import filter_by_length, tokenize_pairs
     from modeling_vaswani.toolkit.recipe import DataArguments, ModelArguments, load_data, prepare_tokenizer
     from modeling_vaswani.toolkit.training import VaswaniTrainer, VaswaniTrainingArguments, preset_config
 
@@ -121,8 +128,10 @@ def run_stages(corpus: Path, form: str, vocab_size: int, steps: int, max_tokens:
         stage("load", lambda: load_data(data_args)["train"])
         model_args = ModelArguments(preset=model, vocab_size=vocab_size)
         stage("tokenizer", lambda: prepare_tokenizer(model_args, state["load"], "en", "de", scratch))
-        stage("tokenize", lambda: tokenize_pairs(state["load"], state["tokenizer"], "en", "de", max_length=256))
-        stage("sampler", lambda: len(TokenBudgetBatchSampler.from_dataset(state["tokenize"], max_tokens)))
+        stage("tokenize", lambda: tokenize_pairs(state["load"], state["tokenizer"], "en", "de", num_proc=num_proc))
+        # The job's tokenize_pairs(max_length=...) runs this same filter after tokenizing; timed on its own here.
+        stage("filter", lambda: filter_by_length(state["tokenize"], MAX_LENGTH, num_proc, "train"))
+        stage("sampler", lambda: len(TokenBudgetBatchSampler.from_dataset(state["filter"], max_tokens)))
 
         def first_steps():
             from modeling_vaswani import VaswaniForConditionalGeneration
@@ -133,15 +142,53 @@ def run_stages(corpus: Path, form: str, vocab_size: int, steps: int, max_tokens:
             )  # fmt: skip
             config = preset_config(model, state["tokenizer"])
             trainer = VaswaniTrainer(
-                model=VaswaniForConditionalGeneration(config), args=args, train_dataset=state["tokenize"],
+                model=VaswaniForConditionalGeneration(config), args=args, train_dataset=state["filter"],
                 processing_class=state["tokenizer"],
             )  # fmt: skip
             return trainer.train().global_step
 
         stage("steps", first_steps)
-    results["pairs_kept"] = len(state["tokenize"])
+    results["pairs_kept"] = len(state["filter"])
     results["batches"] = state["sampler"]
     return results
+
+
+def run_worker(spec: dict, cache: Path) -> dict:
+    """`run_stages` in a process of its own, with `datasets`' cache in `cache` (deleted with the corpora)."""
+    command = [sys.executable, __file__, "--worker", json.dumps(spec)]
+    environment = {**os.environ, "HF_DATASETS_CACHE": str(cache)}
+    process = subprocess.run(command, capture_output=True, text=True, env=environment)
+    if process.returncode != 0:
+        raise SystemExit(f"N={spec['count']}: the worker failed:\n{process.stderr[-4000:]}")
+    return json.loads(process.stdout.strip().splitlines()[-1])
+
+
+def rerun_job(spec: dict, cache: Path, output_dir: Path) -> float:
+    """Seconds that `vaswani-train` itself takes, as a user runs it, to prepare the same corpus again, make its first
+    optimizer step and save the model (`--max_steps 1`): the second run of a job whose data is prepared."""
+    corpus = Path(spec["corpus"])
+    if spec["form"] == "text":
+        data = ["--train_source_file", str(corpus / "train.en"), "--train_target_file", str(corpus / "train.de")]
+    else:
+        data = ["--dataset_name", str(corpus)]
+    workers = ["--preprocessing_num_workers", str(spec["num_proc"])] if spec["num_proc"] else []
+    command = [
+        shutil.which("vaswani-train") or "vaswani-train", *data, *workers, "--preset", spec["model"],
+        "--vocab_size", str(spec["vocab_size"]), "--max_length", str(MAX_LENGTH), "--max_tokens",
+        str(spec["max_tokens"]), "--max_steps", "1", "--eval_strategy", "no", "--save_strategy", "no",
+        "--average_last_checkpoints", "0", "--report_to", "none", "--output_dir", str(output_dir),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    process = subprocess.run(
+        command, capture_output=True, text=True, env={**os.environ, "HF_DATASETS_CACHE": str(cache)}
+    )
+    if process.returncode != 0:
+        raise SystemExit(f"N={spec['count']}: vaswani-train failed:\n{process.stderr[-4000:]}")
+    if "tokenizer: reusing" not in process.stderr:
+        raise SystemExit(
+            f"N={spec['count']}: vaswani-train trained a new tokenizer instead of reusing the prepared one"
+        )
+    return time.perf_counter() - start
 
 
 def growth_exponents(runs: dict[int, dict]) -> dict[str, float | None]:
@@ -160,14 +207,17 @@ def growth_exponents(runs: dict[int, dict]) -> dict[str, float | None]:
     return exponents
 
 
-def format_table(runs: dict[int, dict], exponents: dict) -> str:
-    lines = [f"{'stage':<10}" + "".join(f"{f'N={n:,}':>26}" for n in sorted(runs)) + f"{'exponent':>10}"]
+def format_table(runs: dict[int, dict], exponents: dict, reruns: dict[int, dict]) -> str:
+    sizes = sorted(runs)
+    lines = [f"{'stage':<10}" + "".join(f"{f'N={n:,}':>26}" for n in sizes) + f"{'exponent':>10}"]
     for name in STAGES:
-        cells = "".join(
-            f"{runs[n][name]['seconds']:>13.1f} s {runs[n][name]['peak_mib']:>7,.0f} MiB" for n in sorted(runs)
-        )
+        cells = "".join(f"{runs[n][name]['seconds']:>13.1f} s {runs[n][name]['peak_mib']:>7,.0f} MiB" for n in sizes)
         exponent = exponents[name]
         lines.append(f"{name:<10}{cells}{'-' if exponent is None else f'{exponent:.2f}':>10}")
+    prepared = "".join(f"{sum(runs[n][name]['seconds'] for name in STAGES[:-1]):>15.1f} s{'':>10}" for n in sizes)
+    lines.append(f"{'prepared':<10}{prepared}")
+    lines.append(f"{'again':<10}" + "".join(f"{reruns[n]:>15.1f} s{'':>10}" for n in sizes))
+    lines.append("(prepared: loading through the sampler; again: `vaswani-train --max_steps 1` on the same data)")
     return "\n".join(lines)
 
 
@@ -179,6 +229,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps timed at the end")
     parser.add_argument("--max_tokens", type=int, default=1000, help="token budget of a batch (small on a CPU)")
     parser.add_argument("--model", default="base", help="the preset trained: base (Table 3), or small")
+    parser.add_argument("--num_proc", type=int, help="tokenizing processes (the job's --preprocessing_num_workers)")
     parser.add_argument("--workdir", type=Path, help="where the corpora are written (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # one size, in a process of its own
@@ -192,26 +243,36 @@ def main(argv=None) -> None:
     arguments = parse_arguments(argv)
     if arguments.worker:
         spec = json.loads(arguments.worker)
-        print(json.dumps(run_stages(Path(spec["corpus"]), **{k: v for k, v in spec.items() if k != "corpus"})))
+        print(
+            json.dumps(
+                run_stages(Path(spec["corpus"]), **{k: v for k, v in spec.items() if k not in ("corpus", "count")})
+            )
+        )
         return
     with tempfile.TemporaryDirectory(dir=arguments.workdir) as workdir:
-        runs = {}
+        runs, reruns = {}, {}
         for count in arguments.pairs:
             corpus = write_corpus(count, Path(workdir) / f"{arguments.format}-{count}", arguments.format)
             spec = {
-                "corpus": str(corpus), "form": arguments.format, "vocab_size": arguments.vocab_size,
+                "corpus": str(corpus), "count": count, "form": arguments.format, "vocab_size": arguments.vocab_size,
                 "steps": arguments.steps, "max_tokens": arguments.max_tokens, "model": arguments.model,
+                "num_proc": arguments.num_proc,
             }  # fmt: skip
-            command = [sys.executable, __file__, "--worker", json.dumps(spec)]
-            process = subprocess.run(command, capture_output=True, text=True)
-            if process.returncode != 0:
-                raise SystemExit(f"N={count}: the worker failed:\n{process.stderr[-4000:]}")
-            runs[count] = json.loads(process.stdout.strip().splitlines()[-1])
+            cache = Path(workdir) / f"cache-{count}"
+            runs[count] = run_worker(spec, cache)
             print(f"N={count:,}: " + ", ".join(f"{s} {runs[count][s]['seconds']:.1f} s" for s in STAGES), flush=True)
+            # The job again on the same data: it should find what the first run prepared in the cache.
+            reruns[count] = rerun_job(spec, cache, Path(workdir) / f"run-{count}")
+            print(f"N={count:,}, again: vaswani-train --max_steps 1 took {reruns[count]:.1f} s")
+            shutil.rmtree(cache)
+            shutil.rmtree(corpus)
     exponents = growth_exponents(runs)
-    print(format_table(runs, exponents))
+    facts = machine()
+    print(f"{facts['cpu']} ({facts['cpu_count']} cores; {' '.join(facts['cpu_flags'])}), {arguments.format}")
+    print(format_table(runs, exponents, reruns))
     if arguments.json:
-        arguments.json.write_text(json.dumps({"runs": runs, "exponents": exponents}, indent=2) + "\n")
+        report = {"runs": runs, "reruns": reruns, "exponents": exponents, "machine": machine()}
+        arguments.json.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

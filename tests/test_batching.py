@@ -151,6 +151,16 @@ def test_from_dataset_reads_lengths_from_columns_and_respects_selection():
     assert list(sampler) == list(expected)
 
 
+def test_lengths_and_cuts_read_in_chunks_give_the_same_batches(monkeypatch):
+    """Corpora of millions are read and cut LENGTH_BATCH examples at a time: chunk edges must not move a batch."""
+    from modeling_vaswani.toolkit import batching
+
+    dataset = tokenized_dataset().select(range(59, -1, -2))
+    whole = list(TokenBudgetBatchSampler.from_dataset(dataset, max_tokens=30, shuffle=False))
+    monkeypatch.setattr(batching, "LENGTH_BATCH", 7)
+    assert list(TokenBudgetBatchSampler.from_dataset(dataset, max_tokens=30, shuffle=False)) == whole
+
+
 def test_dataloader_with_batch_sampler_and_padding_collate():
     dataset = tokenized_dataset()
     sampler = TokenBudgetBatchSampler.from_dataset(dataset, max_tokens=40, seed=1)

@@ -264,3 +264,49 @@ def test_tokenize_pairs_rejects_bad_tokenizer_and_max_length(tokenizer):
     without_eos = type(tokenizer)(tokenizer_object=tokenizer.backend_tokenizer, eos_token="</s>", add_eos_token=False)
     with pytest.raises(ValueError, match="expected the ids to end with eos_token_id"):
         tokenize_pairs(dataset, without_eos, "en", "de")
+
+
+PREPARE = """
+import json, logging, sys
+from pathlib import Path
+from modeling_vaswani.toolkit import recipe
+from modeling_vaswani.toolkit.data import tokenize_pairs
+
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+source, target, output = sys.argv[1:]
+train = recipe.load_data(recipe.DataArguments(train_source_file=source, train_target_file=target))["train"]
+tokenizer = recipe.prepare_tokenizer(recipe.ModelArguments(vocab_size=400), train, "en", "de", Path(output))
+tokenized = tokenize_pairs(train, tokenizer, "en", "de", max_length=64, num_proc=2)
+print(json.dumps({"pairs": len(train), "data": [f["filename"] for f in train.cache_files],
+                  "tokenized": sorted(f["filename"] for f in tokenized.cache_files)}))
+"""
+
+
+def test_a_second_run_reuses_the_prepared_data_and_an_edited_file_is_prepared_again(tmp_path):
+    """What makes a second run on WMT reach its first step in seconds: the loaded pairs, the trained vocabulary and
+    the tokenized data come back from the `datasets` cache in a fresh process; an edited corpus is prepared anew."""
+    import subprocess
+    import sys
+
+    source = write_lines(tmp_path / "train.en", gz_lines(MULTI30K_DIR / "train.en.gz")[:600])
+    target = write_lines(tmp_path / "train.de", gz_lines(MULTI30K_DIR / "train.de.gz")[:600])
+    environment = {**__import__("os").environ, "HF_DATASETS_CACHE": str(tmp_path / "cache")}
+
+    def prepare():
+        command = [sys.executable, "-c", PREPARE, str(source), str(target), str(tmp_path / "run")]
+        process = subprocess.run(command, capture_output=True, text=True, env=environment, check=True)
+        report = json.loads(process.stdout.strip().splitlines()[-1])
+        return report | {"trained": "tokenizer: reusing" not in process.stderr}
+
+    first, second = prepare(), prepare()
+    assert first["trained"] and not second["trained"]
+    assert second["data"] == first["data"] and second["tokenized"] == first["tokenized"]
+    assert all(name.endswith(("_00000_of_00002.arrow", "_00001_of_00002.arrow")) for name in first["tokenized"])
+    assert (tmp_path / "run" / "tokenizer" / "tokenizer.json").is_file()
+
+    with source.open("a", encoding="utf-8") as en, target.open("a", encoding="utf-8") as de:
+        en.write("A new sentence.\n")
+        de.write("Ein neuer Satz.\n")
+    edited = prepare()
+    assert edited["pairs"] == 601 and edited["trained"]
+    assert edited["data"] != first["data"] and not set(edited["tokenized"]) & set(first["tokenized"])

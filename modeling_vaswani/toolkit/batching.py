@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 from torch.utils.data import Sampler
 
+LENGTH_BATCH = 100_000  # examples whose lengths are read (or cut into batches) at a time
+
 
 class TokenBudgetBatchSampler(Sampler[list[int]]):
     """Yields lists of example indices whose padded source and target sizes each stay within `max_tokens`.
@@ -68,13 +70,18 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     ) -> "TokenBudgetBatchSampler":
         """Builds the sampler from a tokenized `datasets.Dataset`, taking lengths from its token-list columns.
 
-        The lengths are read through Arrow, which avoids materialising millions of token lists as Python objects.
+        The lengths are read through Arrow a batch at a time, so that neither millions of token lists as Python
+        objects nor a gathered copy of the columns (after a length filter, the data sits under an index mapping) is
+        ever held.
         """
         import pyarrow.compute as pc  # comes with `datasets`, an optional dependency of this package
 
-        columns = dataset.with_format("arrow")
-        source = pc.list_value_length(columns[source_column]).to_numpy(zero_copy_only=False)
-        target = pc.list_value_length(columns[target_column]).to_numpy(zero_copy_only=False)
+        columns = dataset.select_columns([source_column, target_column]).with_format("arrow")
+        lengths = {source_column: [], target_column: []}
+        for batch in columns.iter(batch_size=LENGTH_BATCH):
+            for name, parts in lengths.items():
+                parts.append(pc.list_value_length(batch[name]).to_numpy(zero_copy_only=False))
+        source, target = (np.concatenate(parts) if parts else np.zeros(0, np.int64) for parts in lengths.values())
         return cls(source, target, max_tokens, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
@@ -139,12 +146,16 @@ def _check_fits(source: np.ndarray, target: np.ndarray, max_tokens: int) -> None
 
 def _greedy_spans(source: np.ndarray, target: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:
     """Cuts the length-sorted examples into `[start, end)` ranges that each respect the padded budget."""
+    longest_side = np.maximum(source, target)
     spans, start, longest = [], 0, 0
-    for index, (source_length, target_length) in enumerate(zip(source.tolist(), target.tolist(), strict=True)):
-        longest = max(longest, source_length, target_length)
-        if (index + 1 - start) * longest > max_tokens:
-            spans.append((start, index))
-            start, longest = index, max(source_length, target_length)
+    # Each cut depends on the previous one, so this is a loop; over chunks, so that no Python int per example of a
+    # corpus of millions is held at once.
+    for offset in range(0, len(longest_side), LENGTH_BATCH):
+        for index, length in enumerate(longest_side[offset : offset + LENGTH_BATCH].tolist(), start=offset):
+            longest = max(longest, length)
+            if (index + 1 - start) * longest > max_tokens:
+                spans.append((start, index))
+                start, longest = index, length
     if start < len(source):
         spans.append((start, len(source)))
     return spans

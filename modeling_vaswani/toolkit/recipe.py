@@ -6,15 +6,21 @@ and the flags below change it.
 
 import json
 import logging
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from inspect import getsource
 from pathlib import Path
 
 import numpy as np
-from datasets import DatasetDict
+import tokenizers
+from datasets import DatasetDict, is_caching_enabled
+from datasets.fingerprint import Hasher
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
 
 from ..modeling_vaswani import VaswaniForConditionalGeneration
+from . import tokenizer as tokenizer_module
 from .data import MULTI30K_SPLITS, load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
 from .plotting import plot_training_curves
 from .tokenizer import train_tokenizer_from_texts
@@ -76,6 +82,9 @@ class DataArguments:
         metadata={"help": "drop (and count in the log) training pairs with more tokens on either side"},
     )
     eval_batch_size_sentences: int = field(default=64, metadata={"help": "sentences per batch when translating"})
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "processes that tokenize and filter the data (default: this one)"}
+    )
 
 
 def parse_arguments(argv=None) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
@@ -123,13 +132,57 @@ def load_data(args: DataArguments) -> DatasetDict:
 
 
 def prepare_tokenizer(model_args: ModelArguments, train_split, source_lang: str, target_lang: str, output_dir: Path):
-    """An existing tokenizer, or one BPE vocabulary trained on both sides of the training data (Section 5.1)."""
+    """An existing tokenizer, or one BPE vocabulary trained on both sides of the training data (Section 5.1).
+
+    A trained one is kept beside the training split's Arrow files, keyed by the split's fingerprint and the settings,
+    as `datasets` keeps its map results there: a second run on the same data loads it instead of training again.
+    """
     name = model_args.tokenizer_name_or_path or model_args.model_name_or_path
     if name:
         return AutoTokenizer.from_pretrained(name)
-    texts = (text for language in (source_lang, target_lang) for text in split_texts(train_split, language))
-    where = f"the training split's {source_lang} and {target_lang} sentences"
-    return train_tokenizer_from_texts(texts, model_args.vocab_size, output_dir / "tokenizer", where=where)
+    cached = _cached_tokenizer_dir(train_split, model_args.vocab_size, source_lang, target_lang)
+    if cached is not None and cached.is_dir():
+        logger.info("tokenizer: reusing the one trained on the same data, %s", cached)
+    else:
+        texts = (text for language in (source_lang, target_lang) for text in split_texts(train_split, language))
+        where = f"the training split's {source_lang} and {target_lang} sentences"
+        tokenizer = train_tokenizer_from_texts(texts, model_args.vocab_size, where=where)
+        if cached is None:
+            tokenizer.save_pretrained(output_dir / "tokenizer")
+            return tokenizer
+        _save_whole(tokenizer, cached)
+    # Loaded back even when just trained: `datasets` keys its cached tokenization on the tokenizer's pickled state,
+    # which differs between a trained and a loaded tokenizer, and the second run only has the loaded one.
+    tokenizer = AutoTokenizer.from_pretrained(cached)
+    tokenizer.save_pretrained(output_dir / "tokenizer")
+    return tokenizer
+
+
+def _cached_tokenizer_dir(train_split, vocab_size: int, source_lang: str, target_lang: str) -> Path | None:
+    if not train_split.cache_files or not is_caching_enabled():
+        return None  # an in-memory split: nowhere that outlives this run
+    # The tokenizer module's source is in the key, so a change to how tokenizers are built retrains them.
+    key = Hasher.hash(
+        [
+            train_split._fingerprint,
+            vocab_size,
+            source_lang,
+            target_lang,
+            tokenizers.__version__,
+            getsource(tokenizer_module),
+        ]
+    )
+    return Path(train_split.cache_files[0]["filename"]).parent / f"vaswani-tokenizer-{key}"
+
+
+def _save_whole(tokenizer, folder: Path) -> None:
+    # Saved aside, then renamed: a run killed while saving leaves no half-written tokenizer to be reused.
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(folder)
+    except OSError:  # another process (a DDP rank) saved the same tokenizer first
+        shutil.rmtree(staging)
 
 
 def split_texts(split, language: str, batch_size: int = 10_000) -> Iterator[str]:
@@ -150,10 +203,11 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
     data = load_data(data_args)
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     tokenizer = prepare_tokenizer(model_args, data["train"], source_lang, target_lang, output_dir)
-    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, max_length=data_args.max_length)
+    workers = data_args.preprocessing_num_workers
+    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, data_args.max_length, workers)
     validation = data.get(data_args.validation_split)
     if validation is not None:
-        validation = tokenize_pairs(validation, tokenizer, source_lang, target_lang)
+        validation = tokenize_pairs(validation, tokenizer, source_lang, target_lang, num_proc=workers)
     elif training_args.eval_strategy != IntervalStrategy.NO:
         logger.warning("no %r split to evaluate on: no evaluation during training", data_args.validation_split)
         training_args.eval_strategy = IntervalStrategy.NO
