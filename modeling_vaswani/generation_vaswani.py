@@ -39,6 +39,17 @@ class MaxLengthPerSentence(StoppingCriteria):
         return input_ids.shape[1] >= limits
 
 
+def check_no_empty_rows(attention_mask: torch.Tensor) -> None:
+    """Refuses a source row that is all padding: the decoder would attend over nothing and still write a fluent
+    sentence, a translation of no input."""
+    empty = attention_mask.eq(0).all(dim=-1).nonzero().flatten().tolist()
+    if empty:
+        raise ValueError(
+            f"attention_mask row {empty[0]} is all padding ({len(empty)} such row(s): {empty[:10]}); expected at "
+            "least one source token in every row, since a row without one has nothing to translate"
+        )
+
+
 def paper_generation_config(config) -> GenerationConfig:
     """Section 6.1's decoding settings, the defaults of every Vaswani model's `generation_config`."""
     return GenerationConfig(
@@ -83,15 +94,20 @@ class VaswaniGenerationMixin(GenerationMixin):
         - at most (source length + 50) output tokens per sentence, the source length counting non-padding tokens, or
           fewer where `max_new_tokens` or `max_length` (which counts the decoder start token) is smaller; the search
           over a sentence ends as soon as no live beam can beat its finished ones.
+
+        In both modes a source row that is all padding (its `attention_mask`, or its ids against the pad id, all zero)
+        raises a ValueError naming the row.
         """
+        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        attention_mask = kwargs.get("attention_mask")
+        if attention_mask is None and input_ids is not None and self.config.pad_token_id is not None:
+            attention_mask = input_ids.ne(self.config.pad_token_id)
+        if attention_mask is not None:
+            check_no_empty_rows(attention_mask)
         if not paper_decoding:
             return super().generate(*args, **kwargs)
-        input_ids = kwargs.get("input_ids", args[0] if args else None)
         if input_ids is None:
             raise ValueError("paper_decoding needs input_ids to know each sentence's length")
-        attention_mask = kwargs.get("attention_mask")
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.config.pad_token_id)
         limits = 1 + attention_mask.sum(dim=-1) + 50  # decoder lengths, the start token included
         max_new_tokens, max_length = kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)
         if max_new_tokens is not None:

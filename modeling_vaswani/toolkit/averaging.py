@@ -7,19 +7,21 @@ folders the Hugging Face Trainer writes, whose weights are safetensors (one `mod
 """
 
 import json
+import logging
 import re
 import shutil
 import tempfile
-from collections.abc import Sequence
-from contextlib import ExitStack
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
 from fnmatch import fnmatch
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
+logger = logging.getLogger(__name__)
 CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 
 # Files of a checkpoint folder not copied to the averaged model: weights (the averaged safetensors replace them; a
@@ -38,6 +40,20 @@ SKIPPED_FILES = (
     "trainer_state.json",
     "training_args.bin",
 )
+
+
+@contextmanager
+def open_weights(path: Path) -> Iterator:
+    """`safe_open(path)`, with an error naming the file when it is not whole (safetensors' own names none)."""
+    try:
+        handle = safe_open(path, framework="pt")
+    except SafetensorError as error:
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({error}); expected complete weights as save_pretrained "
+            "writes them (truncated by a full disk or an interrupted copy?)"
+        ) from error
+    with handle as weights:
+        yield weights
 
 
 def find_checkpoints(output_dir: str | Path, last: int | None = None) -> list[Path]:
@@ -66,11 +82,14 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str |
     files (config, generation config, tokenizer, remote code) are those of the last checkpoint.
 
     The folder is written next to `output_dir` under a temporary name and renamed into place only when complete, so
-    `output_dir` is either untouched (on any error) or entirely replaced.
+    `output_dir` is either untouched (on any error) or entirely replaced; what a killed run leaves beside it is
+    cleaned up, or restored, by the next run (`_recover`). One run at a time per `output_dir`.
     """
     checkpoints = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
+    _check_checkpoints(checkpoints)
     _check_destination(checkpoints, output_dir)
+    _recover(output_dir)
     weight_maps = [_weight_map(checkpoint) for checkpoint in checkpoints]
     _check_same_keys(checkpoints, weight_maps)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -85,25 +104,84 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str |
     return output_dir
 
 
-def _check_destination(checkpoints: list[Path], output_dir: Path) -> None:
+def _check_checkpoints(checkpoints: list[Path]) -> None:
     if not checkpoints:
         raise ValueError("no checkpoints to average")
+    seen = set()
+    for checkpoint in checkpoints:
+        if not checkpoint.is_dir():
+            raise FileNotFoundError(f"checkpoint {checkpoint} is not a folder; expected a checkpoint-<step> folder")
+        if checkpoint.resolve() in seen:
+            raise ValueError(f"checkpoint {checkpoint} is given twice; expected each once (it would count twice)")
+        seen.add(checkpoint.resolve())
+
+
+def _check_destination(checkpoints: list[Path], output_dir: Path) -> None:
     if output_dir.exists() and not output_dir.is_dir():
         raise ValueError(f"output directory {output_dir} exists and is not a directory")
     # Replacing a checkpoint with the average would destroy the training state it holds.
     if any(output_dir.resolve() == checkpoint.resolve() for checkpoint in checkpoints):
         raise ValueError(f"output directory {output_dir} is one of the checkpoints being averaged")
+    # An averaged model holds files only; a folder with subfolders (a training run's output_dir and its checkpoints,
+    # a home folder) is something else, and replacing it would delete them all.
+    folders = sorted(path.name for path in output_dir.iterdir() if path.is_dir()) if output_dir.is_dir() else []
+    if folders:
+        raise ValueError(
+            f"output directory {output_dir} holds folders ({', '.join(folders[:5])}), which replacing it would "
+            "delete; expected a new folder or an earlier averaged model (files only)"
+        )
+
+
+def _previous(output_dir: Path) -> Path:
+    """Where an existing `output_dir` is set aside while the new one takes its place: one fixed name, so that the next
+    run finds it."""
+    return output_dir.with_name(f".{output_dir.name}.old")
+
+
+def _recover(output_dir: Path) -> None:
+    """Undoes what a killed run left beside `output_dir`: its staging folders are deleted (the run did not finish),
+    and an earlier output it had set aside is restored if the new one never took its place, else deleted."""
+    if not output_dir.parent.is_dir():
+        return
+    for path in output_dir.parent.iterdir():
+        if path.name.startswith(f".{output_dir.name}.tmp-") and path.is_dir():
+            shutil.rmtree(path)
+    previous = _previous(output_dir)
+    if not previous.is_dir():
+        return
+    if output_dir.exists():
+        shutil.rmtree(previous)
+    else:
+        previous.rename(output_dir)
+        logger.warning("restored %s from %s, where an interrupted run had set it aside", output_dir, previous)
 
 
 def _weight_map(checkpoint: Path) -> dict[str, Path]:
-    """Maps every tensor name of a checkpoint to the safetensors file holding it."""
+    """Maps every tensor name of a checkpoint to the safetensors file holding it, every file checked to open."""
     if (checkpoint / SAFE_WEIGHTS_INDEX_NAME).is_file():
-        index = json.loads((checkpoint / SAFE_WEIGHTS_INDEX_NAME).read_text(encoding="utf-8"))
-        return {key: checkpoint / file for key, file in index["weight_map"].items()}
+        weight_map = {
+            key: checkpoint / file for key, file in _read_index(checkpoint / SAFE_WEIGHTS_INDEX_NAME).items()
+        }
+        for path in sorted(set(weight_map.values())):
+            if not path.is_file():
+                raise FileNotFoundError(f"{checkpoint / SAFE_WEIGHTS_INDEX_NAME} names {path.name}, which is missing")
+            with open_weights(path):
+                pass
+        return weight_map
     if (checkpoint / SAFE_WEIGHTS_NAME).is_file():
-        with safe_open(checkpoint / SAFE_WEIGHTS_NAME, framework="pt") as weights:
+        with open_weights(checkpoint / SAFE_WEIGHTS_NAME) as weights:
             return dict.fromkeys(weights.keys(), checkpoint / SAFE_WEIGHTS_NAME)
     raise FileNotFoundError(f"checkpoint {checkpoint} has neither {SAFE_WEIGHTS_NAME} nor {SAFE_WEIGHTS_INDEX_NAME}")
+
+
+def _read_index(path: Path) -> dict[str, str]:
+    try:
+        weight_map = json.loads(path.read_text(encoding="utf-8")).get("weight_map")
+    except (UnicodeDecodeError, ValueError, AttributeError) as error:
+        raise ValueError(f"{path} is not a safetensors index ({error}); expected JSON with a weight_map") from error
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{path} has no weight_map naming tensors and their shards; expected the index it writes")
+    return weight_map
 
 
 def _check_same_keys(checkpoints: list[Path], weight_maps: list[dict[str, Path]]) -> None:
@@ -127,7 +205,7 @@ def _write_averaged_weights(checkpoints: list[Path], weight_maps: list[dict[str,
 
         def handle(path: Path):
             if path not in opened:
-                opened[path] = stack.enter_context(safe_open(path, framework="pt"))
+                opened[path] = stack.enter_context(open_weights(path))
             return opened[path]
 
         for file in dict.fromkeys(layout.values()):
@@ -172,13 +250,12 @@ def _copy_model_files(checkpoint: Path, destination: Path) -> None:
 
 
 def _move_into_place(staging: Path, output_dir: Path) -> None:
-    """Renames `staging` to `output_dir`; an existing `output_dir` is set aside first and deleted only afterwards."""
+    """Renames `staging` to `output_dir`; an existing `output_dir` is set aside first (`_previous`, in the same parent,
+    where renames are atomic) and deleted only afterwards."""
     if not output_dir.exists():
         staging.rename(output_dir)
         return
-    # A name in the same parent keeps the renames on one filesystem, where they are atomic.
-    previous = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.old-", dir=output_dir.parent))
-    previous.rmdir()
+    previous = _previous(output_dir)
     output_dir.rename(previous)
     try:
         staging.rename(output_dir)

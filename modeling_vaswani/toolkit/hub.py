@@ -1,10 +1,11 @@
 """Sharing a checkpoint on the Hugging Face Hub: validation, the model card, and the push (vaswani-push).
 
 A checkpoint folder is checked before anything is uploaded: a Vaswani config.json, safetensors weights (one file or
-a complete sharded index), and a tokenizer that fits the model. Its model card is rendered from model_cards/ with the
-checkpoint's real configuration and its measured results (results.json, written by vaswani-train); a template
-field without a value is an error, so no placeholder ever reaches the Hub. A checkpoint without results.json is
-refused unless the card is asked for without its evaluation section (`with_results=False`, `--no_results`).
+a complete sharded index) that open and hold every tensor of the model config.json describes at its shape, and a
+tokenizer that fits the model. Its model card is rendered from model_cards/ with the checkpoint's real configuration
+and its measured results (results.json, written by vaswani-train); a template field without a value is an error, so
+no placeholder ever reaches the Hub. A checkpoint without results.json is refused unless the card is asked for
+without its evaluation section (`with_results=False`, `--no_results`).
 
 The push uploads a staging copy of the folder's top-level files (subfolders such as checkpoint-N stay local) with the
 card as README.md, the model's code and pipeline from this package, and config.json naming them (`auto_map`,
@@ -21,13 +22,16 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+import torch
 from huggingface_hub import HfApi, ModelCard
-from safetensors import safe_open
+from huggingface_hub.utils import HFValidationError, validate_repo_id
 from transformers import AutoTokenizer
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..configuration_vaswani import VaswaniConfig
+from ..modeling_vaswani import VaswaniForConditionalGeneration
 from ..remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
+from .averaging import open_weights
 
 TEMPLATES = Path(str(resources.files(__package__) / "model_cards"))  # package data
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -48,7 +52,7 @@ SECTION = re.compile(r"^\{\{#(\w+)\}\}\n(.*?)^\{\{/\1\}\}\n", re.MULTILINE | re.
 
 
 class CheckpointError(ValueError):
-    """A folder that cannot be pushed as it is: the message names the folder and what is wrong or missing."""
+    """A push refused before any request: the message names the folder (or file, or value) and what is wrong."""
 
 
 @dataclass(frozen=True)
@@ -82,8 +86,11 @@ def validate_checkpoint(folder) -> Checkpoint:
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder; expected a checkpoint written by save_pretrained")
     config = load_config(folder)
-    parameters = count_parameters(folder)
+    shapes = stored_shapes(folder)
     check_tokenizer(folder, config)
+    check_shapes(folder, config, shapes)
+    # The tied embedding matrix is stored once and the sinusoid table not at all: this is the model's parameter count.
+    parameters = sum(math.prod(shape) for shape, _ in shapes.values())
     return Checkpoint(folder, config, parameters, load_results(folder))
 
 
@@ -131,14 +138,45 @@ def weight_files(folder: Path) -> list[Path]:
     return [folder / name for name in shards]
 
 
-def count_parameters(folder: Path) -> int:
-    """The number of parameters stored in the weights, read from the safetensors headers (the tied embedding matrix
-    is stored once, the sinusoid table not at all, so this is the model's parameter count)."""
-    total = 0
+def stored_shapes(folder: Path) -> dict[str, tuple[tuple[int, ...], Path]]:
+    """Every stored tensor's shape and file, from the safetensors headers (no tensor is read)."""
+    shapes = {}
     for path in weight_files(folder):
-        with safe_open(path, framework="pt") as weights:
-            total += sum(math.prod(weights.get_slice(name).get_shape()) for name in weights.keys())
-    return total
+        try:
+            with open_weights(path) as weights:
+                shapes.update({name: (tuple(weights.get_slice(name).get_shape()), path) for name in weights.keys()})
+        except ValueError as error:
+            raise CheckpointError(str(error)) from error
+    return shapes
+
+
+def check_shapes(folder: Path, config: VaswaniConfig, shapes: dict[str, tuple[tuple[int, ...], Path]]) -> None:
+    """The weights must be those of the model config.json describes, every tensor at its shape: otherwise the
+    repository fails to load for everyone who pulls it. The model is built on the meta device, which costs nothing."""
+    with torch.device("meta"):
+        expected = VaswaniForConditionalGeneration(config).state_dict(keep_vars=True)
+    described = (
+        f"config.json (vocab_size {config.vocab_size}, d_model {config.d_model}, d_ff {config.d_ff}, "
+        f"num_heads {config.num_heads}, d_k {config.d_k}, d_v {config.d_v}, "
+        f"{config.encoder_layers}+{config.decoder_layers} layers)"
+    )
+    for name, (shape, path) in shapes.items():
+        if name not in expected:
+            raise CheckpointError(f"{path}: tensor {name!r} {shape} is no tensor of the model {described} describes")
+        if tuple(expected[name].shape) != shape:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} is {shape} but {described} implies {tuple(expected[name].shape)}"
+            )
+    # Tied tensors (the shared embedding under its four names) are stored under one name: any one stands for all.
+    names_of = {}
+    for name, tensor in expected.items():
+        names_of.setdefault(id(tensor), []).append(name)
+    missing = [names[0] for names in names_of.values() if not any(name in shapes for name in names)]
+    if missing:
+        raise CheckpointError(
+            f"{folder}: the weights lack {len(missing)} tensor(s) of the model {described} describes, "
+            f"such as {missing[:3]}; loading would initialize them at random"
+        )
 
 
 def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
@@ -352,6 +390,10 @@ def push_checkpoint(
     Everything that can be wrong with the folder is found before the first request to the Hub. Files that did not
     change since the last push are not uploaded again (the client compares hashes with the Hub's).
     """
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise CheckpointError(f"{repo_id!r} is not a Hub repository id ({error}); expected user/name") from error
     checkpoint = validate_checkpoint(folder)
     card = render_model_card(checkpoint, repo_id, test_set, with_results, template)
     api = HfApi()

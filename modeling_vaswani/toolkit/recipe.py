@@ -17,15 +17,17 @@ import numpy as np
 import tokenizers
 from datasets import DatasetDict, is_caching_enabled
 from datasets.fingerprint import Hasher
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
 
+from ..configuration_vaswani import VaswaniConfig
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from . import tokenizer as tokenizer_module
+from .averaging import find_checkpoints
 from .data import MULTI30K_SPLITS, load_hub_pairs, load_multi30k, load_table_pairs, load_text_pairs, tokenize_pairs
 from .plotting import plot_training_curves
 from .tokenizer import train_tokenizer_from_texts
 from .training import PRESETS, VaswaniTrainer, VaswaniTrainingArguments, preset_config
-from .translation import bleu, translate
+from .translation import bleu, translate, write_lines
 
 logger = logging.getLogger(__name__)
 
@@ -196,8 +198,63 @@ def sources_and_references(split, source_lang: str, target_lang: str) -> tuple[l
     return list(split_texts(split, source_lang)), list(split_texts(split, target_lang))
 
 
+# What decides the shapes of the weights; the vocabulary comes from the tokenizer, known only after data loading.
+SHAPE_FIELDS = ("d_model", "encoder_layers", "decoder_layers", "num_heads", "d_ff", "attention_bias")
+
+
+def check_output_and_resume(model_args: ModelArguments, training_args: VaswaniTrainingArguments) -> None:
+    """Refuse, before any data is loaded, a run that would mix with an earlier one or could not resume.
+
+    An output_dir holding checkpoint-N folders is refused unless the run resumes or `--overwrite_output_dir` is given
+    (which deletes them): averaging takes the highest-numbered checkpoints there, whichever run wrote them. A resume
+    target must be a checkpoint folder of a model with the shapes this run builds.
+    """
+    output_dir = Path(training_args.output_dir)
+    resume = training_args.resume_from_checkpoint
+    earlier = find_checkpoints(output_dir) if output_dir.is_dir() else []
+    if earlier and resume is None:
+        if not training_args.overwrite_output_dir:
+            names = ", ".join(checkpoint.name for checkpoint in earlier)
+            raise ValueError(
+                f"output_dir {str(output_dir)!r} holds checkpoints of an earlier run ({names}); expected an empty or "
+                f"new folder: pass --resume_from_checkpoint {earlier[-1]} to "
+                "continue that run, --overwrite_output_dir to delete them and start afresh, or another --output_dir"
+            )
+        if training_args.should_save:
+            for checkpoint in earlier:
+                shutil.rmtree(checkpoint)
+            shutil.rmtree(output_dir / "averaged", ignore_errors=True)
+    if resume is not None:
+        _check_resume_target(Path(resume), model_args)
+
+
+def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
+    if not (checkpoint / "trainer_state.json").is_file():
+        raise FileNotFoundError(
+            f"resume_from_checkpoint {str(checkpoint)!r} is not a checkpoint: expected a checkpoint-N folder "
+            "with trainer_state.json, as the Trainer writes into output_dir"
+        )
+    saved = VaswaniConfig.from_pretrained(checkpoint)
+    if model_args.model_name_or_path:
+        wanted, source = AutoConfig.from_pretrained(model_args.model_name_or_path), model_args.model_name_or_path
+    else:
+        overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
+        wanted, source = preset_config(model_args.preset, **overrides), f"--preset {model_args.preset}"
+    differences = [
+        f"{name}={getattr(saved, name)!r} (this run: {getattr(wanted, name, None)!r})"
+        for name in SHAPE_FIELDS
+        if getattr(saved, name) != getattr(wanted, name, None)
+    ]
+    if differences:
+        raise ValueError(
+            f"resume_from_checkpoint {str(checkpoint)!r} holds another model than {source} builds: "
+            f"{', '.join(differences)}; expected the preset or model it was trained with"
+        )
+
+
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
     """Trains, averages, translates the test split with the final model and scores it. Returns the results."""
+    check_output_and_resume(model_args, training_args)
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     data = load_data(data_args)
@@ -249,7 +306,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
             batch_size=data_args.eval_batch_size_sentences,
             paper_decoding=training_args.paper_decoding,
         )
-        (final_dir / f"{data_args.test_split}.hyp.{target_lang}").write_text("\n".join(hypotheses) + "\n")
+        with open(final_dir / f"{data_args.test_split}.hyp.{target_lang}", "w", encoding="utf-8") as output:
+            write_lines(hypotheses, output)
         results["test"] = bleu(hypotheses, references)
         results["test_set"] = describe_test_set(data_args)
         # Through the Trainer's loggers, so the final BLEU lands in TensorBoard beside the training curves.

@@ -154,6 +154,13 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             "Equation 3 needs no total step count, so the schedule is the same"
         },
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "start afresh in an output_dir that holds checkpoint-N folders of an earlier run, deleting them "
+            "(without it such a run is refused, so that averaging never takes an earlier run's checkpoints)"
+        },
+    )
     predict_with_generate: bool = field(
         default=True, metadata={"help": "evaluate by translating (BLEU), not by the loss alone"}
     )

@@ -4,42 +4,69 @@
     vaswani-evaluate MODEL --source newstest2014.en --reference newstest2014.de
 
 Prints sacreBLEU with its signature (the number to report) and tokenized BLEU with compound splitting (the paper's
-way, for comparison with its table).
+way, for comparison with its table). Files are read as training data is (UTF-8, split on "\\n" only, no empty line);
+everything is checked before the first sentence is translated, --output and the sentences' lengths included.
 """
 
 import argparse
 import json
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
 from ..allocator import keep_freed_memory
 from ..data import multi30k_files, read_sentences
-from ..translation import bleu, translate
+from ..translation import (
+    InputError,
+    bleu,
+    check_output_path,
+    load_model_and_tokenizer,
+    positive_int,
+    translate,
+    write_lines,
+)
 
 
-def main(argv=None):
-    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
+def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer)")
     parser.add_argument("--source", help="source sentences (default: Multi30k test2016 English)")
     parser.add_argument("--reference", help="reference translations (default: Multi30k test2016 German)")
-    parser.add_argument("--batch_size", type=int, default=64, help="sentences per batch")
+    parser.add_argument("--batch_size", type=positive_int, default=64, help="sentences per batch")
+    parser.add_argument(
+        "--max_input_tokens",
+        type=positive_int,
+        help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
+    )
     parser.add_argument("--output", help="also write the translations here")
     arguments = parser.parse_args(argv)
     if bool(arguments.source) != bool(arguments.reference):
         parser.error("give --source and --reference together")
-    test = multi30k_files("test")
-    sources = read_sentences(arguments.source or test["en"])
-    references = read_sentences(arguments.reference or test["de"])
-    if len(sources) != len(references):
-        parser.error(f"{len(sources)} source sentences but {len(references)} references")
+    return parser, arguments
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(arguments.model)
-    tokenizer = AutoTokenizer.from_pretrained(arguments.model)
-    hypotheses = translate(model, tokenizer, sources, batch_size=arguments.batch_size)
+
+def main(argv=None):
+    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
+    parser, arguments = parse_arguments(argv)
+    test = multi30k_files("test")
+    source, reference = arguments.source or test["en"], arguments.reference or test["de"]
+    try:
+        if arguments.output:
+            check_output_path(arguments.output, [source, reference])
+        sources, references = read_sentences(source), read_sentences(reference)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{source} has {len(sources)} sentences but {reference} has {len(references)}; "
+                "expected one reference per source sentence"
+            )
+        model, tokenizer = load_model_and_tokenizer(arguments.model)
+    except (ValueError, OSError) as error:
+        parser.error(str(error))
+    limit = arguments.max_input_tokens or model.config.max_position_embeddings
+    try:
+        hypotheses = translate(model, tokenizer, sources, batch_size=arguments.batch_size, max_input_tokens=limit)
+    except InputError as error:
+        parser.error(f"{source}, one sentence a line: {error}")
     if arguments.output:
         with open(arguments.output, "w", encoding="utf-8") as handle:
-            handle.write("".join(f"{line}\n" for line in hypotheses))
+            write_lines(hypotheses, handle)
     scores = bleu(hypotheses, references)
     print(f"sacreBLEU {scores['sacrebleu']:.2f} ({scores['signature']})")
     print(f"tokenized BLEU {scores['tokenized_bleu']:.2f} ({scores['tokenized_bleu_signature']})")

@@ -7,8 +7,10 @@ Uploads the weights (safetensors), config, generation config, tokenizer, results
 translation pipeline (so the repository loads with trust_remote_code=True without this package), and README.md, the
 model card rendered from model_cards/ with the checkpoint's configuration and the BLEU of its results.json. A folder
 that is not a valid checkpoint, or has no results.json (unless --no_results), is refused before anything is uploaded.
-The card names the test set that results.json records (vaswani-train writes it); a --dataset flag replaces that
-field (where results.json records none, unnamed fields are those of the paper's test set, WMT14 newstest2014).
+A folder whose weights do not open, or do not match config.json (every tensor's shape is checked), and a repo_id that
+is not a Hub id are refused as well. The card names the test set that results.json records (vaswani-train writes
+it); a --dataset flag replaces that field (where results.json records none, unnamed fields are those of the paper's
+test set, WMT14 newstest2014).
 Log in first (`hf auth login`) or set HF_TOKEN.
 """
 
@@ -42,6 +44,9 @@ def main(argv=None):
 
     # The fields named here replace those of the test set results.json records.
     test_set = {field: getattr(arguments, field) for field in vars(defaults) if getattr(arguments, field) is not None}
+    blank = [field for field, value in test_set.items() if not value.strip()]
+    if blank:
+        parser.error(f"--{blank[0].removesuffix('_id')} is empty; expected a value for the model card")
     try:
         url = push_checkpoint(
             arguments.checkpoint,
@@ -53,6 +58,6 @@ def main(argv=None):
             template=arguments.template,
             test_set=test_set,
         )
-    except CheckpointError as error:
+    except (CheckpointError, FileNotFoundError) as error:  # FileNotFoundError: a --template file that is not there
         parser.error(str(error))
     print(url)

@@ -2,9 +2,13 @@
 
 Example: vaswani-train-tokenizer --files data/multi30k/train.en.gz data/multi30k/train.de.gz \
     --vocab_size 8000 --output_dir outputs/tokenizer
+
+Refused before training: a file that is missing, a vocabulary size below the 260 special and byte tokens, a
+--min_frequency below 1, and an --output_dir that is a file. A file that is not UTF-8 is named with its line.
 """
 
 import argparse
+from pathlib import Path
 
 from ..tokenizer import train_tokenizer
 
@@ -16,6 +20,8 @@ def main(argv=None):
     parser.add_argument("--output_dir", required=True, help="folder to save the tokenizer to")
     parser.add_argument("--min_frequency", type=int, default=2, help="occurrences of a pair before it is merged")
     args = parser.parse_args(argv)
+    if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
+        parser.error(f"--output_dir {args.output_dir} is a file; expected a folder (made if it does not exist)")
     try:
         tokenizer = train_tokenizer(args.files, args.vocab_size, args.output_dir, args.min_frequency)
     except (ValueError, FileNotFoundError) as error:

@@ -2,46 +2,83 @@
 
 vaswani-translate runs/small/averaged --input sentences.en --output sentences.de
 echo "A man rides a bike." | vaswani-translate runs/small/averaged
+
+Input is UTF-8 text, one sentence a line, split on "\\n" only as training data is. Refused before any sentence is
+translated: bad counts, an --output that cannot be written (or is the input), a model folder that does not exist or
+whose weights are damaged, input that is empty, not UTF-8 or binary, an empty line, and a sentence longer than
+--max_input_tokens.
 """
 
 import argparse
+import io
 import sys
 
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
 from ..allocator import keep_freed_memory
-from ..translation import translate
+from ..translation import (
+    InputError,
+    check_output_path,
+    load_model_and_tokenizer,
+    positive_int,
+    read_input,
+    translate,
+    write_lines,
+)
 
 
-def main(argv=None):
-    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
+def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer)")
     parser.add_argument("--input", help="text file, one sentence a line (default: standard input)")
     parser.add_argument("--output", help="where to write the translations (default: standard output)")
-    parser.add_argument("--batch_size", type=int, default=64, help="sentences per batch")
-    parser.add_argument("--num_beams", type=int, help="beam size (default: the checkpoint's, 4)")
+    parser.add_argument("--batch_size", type=positive_int, default=64, help="sentences per batch")
+    parser.add_argument("--num_beams", type=positive_int, help="beam size (default: the checkpoint's, 4)")
     parser.add_argument("--no_paper_decoding", action="store_true", help="transformers' own length penalty and limit")
-    parser.add_argument("--max_new_tokens", type=int, help="with --no_paper_decoding: the output length limit")
+    parser.add_argument("--max_new_tokens", type=positive_int, help="the output length limit (lowers the paper's)")
+    parser.add_argument(
+        "--max_input_tokens",
+        type=positive_int,
+        help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
+    )
     parser.add_argument("--revision", help="a Hub branch, tag or commit")
     parser.add_argument("--trust_remote_code", action="store_true", help="load the model's code from the checkpoint")
-    arguments = parser.parse_args(argv)
+    return parser, parser.parse_args(argv)
 
-    options = {"revision": arguments.revision, "trust_remote_code": arguments.trust_remote_code}
-    model = AutoModelForSeq2SeqLM.from_pretrained(arguments.model, **options)
-    tokenizer = AutoTokenizer.from_pretrained(arguments.model, **options)
-    source = open(arguments.input, encoding="utf-8") if arguments.input else sys.stdin
-    with source:
-        sentences = [line.rstrip("\n") for line in source]
+
+def main(argv=None):
+    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
+    parser, arguments = parse_arguments(argv)
+    try:
+        if arguments.output:
+            check_output_path(arguments.output, [arguments.input])
+        model, tokenizer = load_model_and_tokenizer(
+            arguments.model, revision=arguments.revision, trust_remote_code=arguments.trust_remote_code
+        )
+        sentences = read_input(arguments.input)  # after the model: standard input is read once, and may wait
+    except (ValueError, OSError) as error:
+        parser.error(str(error))
     generate_kwargs = {k: v for k in ("num_beams", "max_new_tokens") if (v := getattr(arguments, k)) is not None}
-    translations = translate(
-        model,
-        tokenizer,
-        sentences,
-        batch_size=arguments.batch_size,
-        paper_decoding=not arguments.no_paper_decoding,
-        **generate_kwargs,
-    )
-    target = open(arguments.output, "w", encoding="utf-8") if arguments.output else sys.stdout
-    with target:
-        target.write("".join(f"{line}\n" for line in translations))
+    try:
+        translations = translate(
+            model,
+            tokenizer,
+            sentences,
+            batch_size=arguments.batch_size,
+            paper_decoding=not arguments.no_paper_decoding,
+            max_input_tokens=arguments.max_input_tokens or model.config.max_position_embeddings,
+            **generate_kwargs,
+        )
+    except InputError as error:
+        parser.error(f"{arguments.input or 'standard input'}, one sentence a line: {error}")
+    write(translations, arguments.output)
+
+
+def write(translations: list[str], output: str | None) -> None:
+    """To `output`, else to standard output, in UTF-8 as the input is read, whatever the locale (whose codec could
+    fail on a word once all the work is done)."""
+    if output:
+        with open(output, "w", encoding="utf-8") as target:
+            write_lines(translations, target)
+        return
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(encoding="utf-8")
+    write_lines(translations, sys.stdout)
