@@ -8,6 +8,36 @@ import sys
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
+POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
+
+# Table 3 of the paper, row by row: each line's changes to the base model (a blank cell is base's value), in this
+# configuration's field names. N is encoder_layers and decoder_layers; eps_ls and "train steps" are training settings,
+# named as Seq2SeqTrainingArguments names them (label_smoothing_factor, max_steps).
+TABLE_3 = {
+    "base": ({},),
+    "A": (
+        {"num_heads": 1, "d_k": 512, "d_v": 512},
+        {"num_heads": 4, "d_k": 128, "d_v": 128},
+        {"num_heads": 16, "d_k": 32, "d_v": 32},
+        {"num_heads": 32, "d_k": 16, "d_v": 16},
+    ),
+    "B": ({"d_k": 16}, {"d_k": 32}),
+    "C": (
+        {"encoder_layers": 2, "decoder_layers": 2},
+        {"encoder_layers": 4, "decoder_layers": 4},
+        {"encoder_layers": 8, "decoder_layers": 8},
+        {"d_model": 256, "d_k": 32, "d_v": 32},
+        {"d_model": 1024, "d_k": 128, "d_v": 128},
+        {"d_ff": 1024},
+        {"d_ff": 4096},
+    ),
+    "D": ({"dropout": 0.0}, {"dropout": 0.2}, {"label_smoothing_factor": 0.0}, {"label_smoothing_factor": 0.2}),
+    "E": ({"position_embedding_type": "learned"},),
+    "big": ({"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3, "max_steps": 300_000},),
+}
+TABLE_3_TRAINING = {"label_smoothing_factor": 0.1, "max_steps": 100_000}  # base's eps_ls and train steps
+TABLE_3_COLUMNS = {name for lines in TABLE_3.values() for line in lines for name in line}
+
 
 def registered_pipeline_tasks() -> set[str]:
     """The pipeline tasks registered in this process, transformers' own and those a package added."""
@@ -25,22 +55,35 @@ class VaswaniConfig(PreTrainedConfig):
     | `d_model` | d_model | 512 | 1024 |
     | `d_ff` | d_ff | 2048 | 4096 |
     | `num_heads` | h | 8 | 16 |
-    | `d_k`, `d_v` (derived: d_model / h) | d_k, d_v | 64 | 64 |
+    | `d_k`, `d_v` (default d_model / h) | d_k, d_v | 64 | 64 |
     | `dropout` | P_drop | 0.1 | 0.3 |
+    | `position_embedding_type` | sinusoids or learned (row E) | sinusoidal | sinusoidal |
+
+    `VaswaniConfig.table3(row, ...)` builds any row of Table 3 (see there).
 
     Args:
         vocab_size: one vocabulary shared by source and target (Section 5.1: about 37000 BPE tokens for EN-DE).
         d_model: width of every sublayer output and of the embeddings (Section 3.1).
         encoder_layers, decoder_layers: N, the number of identical layers in each stack (Section 3.1).
         num_heads: h, the number of attention heads (Section 3.2.2).
+        d_k, d_v: the width of each head's queries and keys (d_k) and of its values (d_v); W^Q, W^K map d_model to
+            h*d_k, W^V to h*d_v, W^O maps h*d_v back to d_model (Section 3.2.2). None (the default) means
+            d_model / h, the paper's choice, resolved when the configuration is made; Table 3 rows (A)-(C) vary them,
+            (B) d_k alone.
         d_ff: inner width of the position-wise feed-forward networks (Section 3.3).
         activation_function: the FFN non-linearity; the paper's is ReLU, max(0, x) (Equation 2).
         dropout: P_drop, applied to each sublayer output and to the embedding sums (Section 5.4).
         attention_dropout: dropout on the attention weights; not in the paper (0.0), tensor2tensor has it.
         activation_dropout: dropout after the FFN activation; not in the paper (0.0), tensor2tensor has it.
         attention_bias: add biases to W^Q, W^K, W^V, W^O. The paper's formulas and tensor2tensor have none.
+        final_logits_bias: add a learned bias to the logits, the pre-softmax linear's own (the matrix stays shared).
+            Not in the paper (Section 3.4 shares the matrix and adds nothing); MarianMT checkpoints have one
+            (`final_logits_bias`), which their exact conversion needs (toolkit/convert_marian.py).
         layer_norm_eps: LayerNorm epsilon; the paper gives none, 1e-6 is tensor2tensor's.
-        max_position_embeddings: rows of the precomputed sinusoid table; longer inputs are encoded on the fly.
+        position_embedding_type: "sinusoidal", the fixed encodings of Section 3.5, or "learned", a trained table per
+            stack (Table 3 row E; Section 3.5 reports nearly identical results).
+        max_position_embeddings: rows of the precomputed sinusoid table (longer inputs are encoded on the fly), or of
+            the learned table (the longest input it can encode).
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: special tokens; the decoder input is the
             target shifted right by one position, starting with `decoder_start_token_id` (Section 3.1).
         tie_word_embeddings: share one matrix between both embeddings and the pre-softmax linear (Section 3.4).
@@ -59,13 +102,17 @@ class VaswaniConfig(PreTrainedConfig):
     encoder_layers: int = 6
     decoder_layers: int = 6
     num_heads: int = 8
+    d_k: int | None = None
+    d_v: int | None = None
     d_ff: int = 2048
     activation_function: str = "relu"
     dropout: float = 0.1
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     attention_bias: bool = False
+    final_logits_bias: bool = False
     layer_norm_eps: float = 1e-6
+    position_embedding_type: str = "sinusoidal"
     max_position_embeddings: int = 1024
     # fairseq's order. Not pad 0: transformers' beam search takes a pad id of 0 for "none" and pads with eos.
     bos_token_id: int | None = 0
@@ -88,14 +135,14 @@ class VaswaniConfig(PreTrainedConfig):
             kwargs["custom_pipelines"] = remote
         super().__post_init__(**kwargs)
         self._check()
+        # Section 3.2.2: "d_k = d_v = d_model / h" unless given (checkpoints written before these fields lack them).
+        self.d_k = self.d_model // self.num_heads if self.d_k is None else self.d_k
+        self.d_v = self.d_model // self.num_heads if self.d_v is None else self.d_v
 
     @property
-    def d_k(self) -> int:
-        """Section 3.2.2: d_k = d_v = d_model / h."""
-        return self.d_model // self.num_heads
-
-    d_v = d_k
-    head_dim = d_k  # the name transformers' cache classes look for
+    def head_dim(self) -> int:
+        """d_k, under the name transformers' cache classes look for."""
+        return self.d_k
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":
@@ -106,6 +153,45 @@ class VaswaniConfig(PreTrainedConfig):
     def big(cls, **overrides) -> "VaswaniConfig":
         """Table 3, "big": N 6, d_model 1024, d_ff 4096, h 16, P_drop 0.3 (214.2M parameters with 37000 tokens)."""
         return cls(**{"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3, **overrides})
+
+    @classmethod
+    def table3(cls, row: str, **values) -> "VaswaniConfig":
+        """The model of one line of Table 3: `row` is "base", "A" to "E" or "big", `values` pick the line.
+
+        `table3("A", num_heads=1)`, `table3("B", d_k=16)`, `table3("C", d_model=256)`, `table3("C", encoder_layers=2)`
+        (N sets both stacks), `table3("D", dropout=0.2)`, `table3("E")`, `table3("big")`: any of a line's values names
+        it. Values of Table 3's columns that the row does not have are refused; other fields (vocab_size, special
+        token ids, ...) are passed on as overrides, as `base(**overrides)` takes them. The row's training settings
+        (eps_ls of row D, the train steps of big) are `table3_training_arguments(row, **values)`.
+
+        Table 3 states no vocabulary. Its parameter column fits one shared vocabulary of about 41,000 tokens for base,
+        (B) and (C), and about 36,000 for big, none for both (tests/test_table3.py); Section 5.1 gives about 37,000.
+        """
+        line = cls._table3_line(row, values)
+        overrides = {name: value for name, value in values.items() if name not in TABLE_3_COLUMNS}
+        return cls(**{name: value for name, value in line.items() if name not in TABLE_3_TRAINING}, **overrides)
+
+    @classmethod
+    def table3_training_arguments(cls, row: str, **values) -> dict:
+        """The Seq2SeqTrainingArguments of a line of Table 3 (`table3`'s arguments): label_smoothing_factor (eps_ls,
+        Section 5.4) and max_steps (100K, big 300K). `vaswani-train --label_smoothing_factor 0.2` and the like."""
+        line = cls._table3_line(row, values)
+        return {name: line.get(name, default) for name, default in TABLE_3_TRAINING.items()}
+
+    @staticmethod
+    def _table3_line(row: str, values: dict) -> dict:
+        if row not in TABLE_3:
+            raise ValueError(f"Table 3 has no row {row!r}; its rows are {', '.join(map(repr, TABLE_3))}")
+        chosen = {name: value for name, value in values.items() if name in TABLE_3_COLUMNS}
+        lines = [line for line in TABLE_3[row] if chosen.items() <= line.items()]
+        if len(lines) != 1:
+            table = " | ".join(", ".join(f"{name}={value!r}" for name, value in line.items()) for line in TABLE_3[row])
+            given = ", ".join(f"{name}={value!r}" for name, value in chosen.items()) or "no value"
+            raise ValueError(
+                f"Table 3 row {row!r} has {len(TABLE_3[row])} line(s): {table or 'base'}; "
+                f"{given} names {'none' if not lines else 'more than one'} of them"
+            )
+        return lines[0]
 
     def _check(self):
         for name in (
@@ -120,15 +206,27 @@ class VaswaniConfig(PreTrainedConfig):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.d_model % self.num_heads:
+        for name in ("d_k", "d_v"):
+            value = getattr(self, name)
+            if value is None and self.d_model % self.num_heads:
+                raise ValueError(
+                    f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}) when {name} is not "
+                    f"given: Section 3.2.2 splits d_model into h heads of {name} = d_model / h"
+                )
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
+                raise ValueError(f"{name} must be a positive integer or None (d_model / num_heads), got {value!r}")
+        if self.position_embedding_type not in POSITION_EMBEDDING_TYPES:
             raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads}): "
-                "Section 3.2.2 splits d_model into h heads of d_k = d_model / h"
+                f"position_embedding_type {self.position_embedding_type!r} is unknown; expected one of "
+                f"{POSITION_EMBEDDING_TYPES} (Section 3.5's sinusoids, or Table 3 row E's learned table)"
             )
         for name in ("dropout", "attention_dropout", "activation_dropout"):
             value = getattr(self, name)
             if not 0.0 <= value < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {value!r}")
+        for name in ("attention_bias", "final_logits_bias"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
         if self.activation_function not in ACT2FN:

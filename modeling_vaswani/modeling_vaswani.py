@@ -72,6 +72,24 @@ class PositionalEncoding(nn.Module):
         return sinusoids(length, self.d_model, offset).to(self.table)
 
 
+class LearnedPositionalEmbedding(nn.Embedding):
+    """Table 3 row (E): a trained max_position_embeddings x d_model table in place of the sinusoids, one per stack, as
+    in ConvS2S (Gehring et al. 2017, which Section 3.5 cites). Initialized as the token embeddings, N(0, d_model^-0.5)
+    (`_init_weights`), which is fairseq's choice for its Transformer's learned positions (`--encoder-learned-pos`).
+    """
+
+    def __init__(self, config: VaswaniConfig):
+        super().__init__(config.max_position_embeddings, config.d_model)
+
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        if not isinstance(offset, torch.Tensor) and offset + length > self.num_embeddings:
+            raise ValueError(
+                f"Learned positions cover max_position_embeddings ({self.num_embeddings}) positions; "
+                f"got positions up to {offset + length - 1}"
+            )
+        return super().forward(torch.arange(length, device=self.weight.device) + offset)
+
+
 # === 3.2 Attention ===================================================================================================
 
 
@@ -113,7 +131,8 @@ class MultiHeadAttention(nn.Module):
     """Section 3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
 
-    The h projections of each kind are one (d_model x h*d_k) matrix. No biases by default: Equation 1 has none, and
+    The h projections of each kind are one matrix: W^Q, W^K (d_model x h*d_k), W^V (d_model x h*d_v), W^O
+    (h*d_v x d_model); d_k and d_v need not be d_model / h (Table 3). No biases by default: Equation 1 has none, and
     neither has tensor2tensor (`config.attention_bias` adds them). Serves as encoder self-attention, masked decoder
     self-attention (`is_causal`) and encoder-decoder attention (`key_value_states` from the encoder, Section 3.2.3).
 
@@ -127,20 +146,20 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         self.config = config
         self.num_heads = config.num_heads
-        self.d_k = config.d_k
-        self.scaling = self.d_k**-0.5  # the 1/sqrt(d_k) of Equation 1
+        self.scaling = config.d_k**-0.5  # the 1/sqrt(d_k) of Equation 1
         self.attention_dropout = config.attention_dropout
         # transformers' SDPA path reads this flag; it must exist, else a skipped mask is taken as causal.
         self.is_causal = is_causal
         self.layer_idx = layer_idx
         bias = config.attention_bias
-        self.w_q = Linear(config.d_model, config.d_model, bias=bias)
-        self.w_k = Linear(config.d_model, config.d_model, bias=bias)
-        self.w_v = Linear(config.d_model, config.d_model, bias=bias)
-        self.w_o = Linear(config.d_model, config.d_model, bias=bias)
+        heads_k, heads_v = config.num_heads * config.d_k, config.num_heads * config.d_v
+        self.w_q = Linear(config.d_model, heads_k, bias=bias)
+        self.w_k = Linear(config.d_model, heads_k, bias=bias)
+        self.w_v = Linear(config.d_model, heads_v, bias=bias)
+        self.w_o = Linear(heads_v, config.d_model, bias=bias)
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        return x.view(*x.shape[:-1], -1, self.d_k).transpose(1, 2)
+        return x.view(*x.shape[:-1], self.num_heads, -1).transpose(1, 2)
 
     def forward(
         self,
@@ -339,13 +358,15 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
 class VaswaniStack(VaswaniPreTrainedModel):
     """What the two stacks of Section 3.1 share: the input embedding times sqrt(d_model) (Section 3.4) plus the
-    positional encodings (Section 3.5), with dropout (Section 5.4), under N identical layers. No final norm."""
+    positional encodings (Section 3.5; Table 3 row E: learned), with dropout (Section 5.4), under N identical layers.
+    No final norm."""
 
     def __init__(self, config: VaswaniConfig, layers: list[nn.Module]):
         super().__init__(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model)
         self.embed_scale = math.sqrt(config.d_model)
-        self.positional_encoding = PositionalEncoding(config)
+        positions = LearnedPositionalEmbedding if config.position_embedding_type == "learned" else PositionalEncoding
+        self.positional_encoding = positions(config)
         self.layers = nn.ModuleList(layers)
         self.post_init()
 
@@ -555,7 +576,8 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
     def __init__(self, config: VaswaniConfig):
         super().__init__(config)
         self.model = VaswaniModel(config)
-        self.lm_head = Linear(config.d_model, config.vocab_size, bias=False)
+        # Only the matrix is tied; `config.final_logits_bias` (off: not in the paper) adds MarianMT's logits bias.
+        self.lm_head = Linear(config.d_model, config.vocab_size, bias=config.final_logits_bias)
         self.post_init()
         self.generation_config = paper_generation_config(config)
 
@@ -651,6 +673,7 @@ __all__ = [
     "VaswaniModel",
     "VaswaniForConditionalGeneration",
     "PositionalEncoding",
+    "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "sinusoids",
 ]

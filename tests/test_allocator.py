@@ -36,4 +36,6 @@ def test_freed_memory_is_reused_without_page_faults():
     applied, kept_faults = page_faults("keep")
     assert default_faults > ROUNDS / 2 * BLOCK_PAGES, "glibc by default maps a large block afresh each time"
     assert applied == "True"
-    assert kept_faults <= BLOCK_PAGES  # the heap may grow once more, then the block's pages are reused
+    # The heap may grow once or twice more (where a mapping sits just past it, glibc continues it elsewhere; seen in
+    # about one run in three here), then the block's pages are reused: without the setting, every round faults.
+    assert kept_faults <= 2 * BLOCK_PAGES

@@ -44,6 +44,10 @@ def test_standard_names_map_onto_the_papers():
         ({"pad_token_id": 37000}, ["pad_token_id (37000)", "vocab_size (37000)"]),
         ({"eos_token_id": -1}, ["eos_token_id (-1)"]),
         ({"decoder_start_token_id": 40000}, ["decoder_start_token_id (40000)"]),
+        ({"d_k": 0}, ["d_k", "0"]),
+        ({"d_v": 2.5}, ["d_v", "2.5"]),
+        ({"d_model": 500, "d_v": 50}, ["d_model (500)", "num_heads (8)", "d_k is not given"]),
+        ({"position_embedding_type": "rope"}, ["'rope'", "'sinusoidal'", "'learned'"]),
     ],
 )
 def test_invalid_values_are_refused_by_name(overrides, words):
@@ -51,6 +55,12 @@ def test_invalid_values_are_refused_by_name(overrides, words):
         VaswaniConfig(**overrides)
     for word in words:
         assert word in str(error.value)
+
+
+def test_d_k_and_d_v_default_to_d_model_over_h_and_may_be_given():
+    assert (VaswaniConfig(d_model=256, num_heads=4).d_k, VaswaniConfig(d_model=256, num_heads=4).d_v) == (64, 64)
+    config = VaswaniConfig(d_model=500, num_heads=8, d_k=50, d_v=70)  # no divisibility needed when both are given
+    assert (config.d_k, config.d_v, config.head_dim) == (50, 70, 50)
 
 
 def test_decoding_settings_live_in_the_generation_config(tmp_path):

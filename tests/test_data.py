@@ -85,8 +85,21 @@ def test_multi30k_bad_arguments_are_named(tmp_path):
         multi30k_files("dev")
     with pytest.raises(FileNotFoundError, match="test_2016_flickr.en"):
         multi30k_files("test", data_dir=tmp_path)
-    with pytest.raises(ValueError, match="'fr'"):
-        load_multi30k("test", source_lang="fr")
+    with pytest.raises(ValueError, match="source_lang and target_lang are both 'fr'"):
+        load_multi30k("test", source_lang="fr", target_lang="fr")
+    with pytest.raises(ValueError, match=r"Multi30k has no 'cs' text; expected languages among \('en', 'de', 'fr'\)"):
+        load_multi30k("test", source_lang="en", target_lang="cs")
+
+
+def test_multi30k_french_for_the_papers_second_task():
+    """En-Fr is the paper's second task; Multi30k's French is line-aligned with the same English captions."""
+    english, french = (gz_lines(MULTI30K_DIR / f"test_2016_flickr.{lang}.gz") for lang in ("en", "fr"))
+    test = load_multi30k("test", source_lang="en", target_lang="fr")
+    assert len(test) == COUNTS["test"] and test.features == Features({"translation": Translation(["en", "fr"])})
+    assert test[0]["translation"] == {"en": english[0], "fr": french[0]}
+    reverse = load_multi30k("validation", source_lang="fr", target_lang="de")
+    assert len(reverse) == COUNTS["validation"]
+    assert reverse[5]["translation"]["de"] == gz_lines(MULTI30K_DIR / "val.de.gz")[5]
 
 
 def test_text_pairs_from_plain_and_gz_files(tmp_path):

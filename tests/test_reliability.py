@@ -348,6 +348,17 @@ def test_evaluate_refuses_counts_below_one(checkpoint, capsys, flag):
     )
 
 
+@pytest.mark.parametrize(
+    ("languages", "message"),
+    [
+        (["--target_lang", "en"], "--source_lang and --target_lang are both 'en'; expected two languages"),
+        (["--target_lang", "cs"], "argument --target_lang: invalid choice: 'cs'"),
+    ],
+)
+def test_evaluate_refuses_a_language_pair_the_shipped_test_set_lacks(checkpoint, capsys, languages, message):
+    assert message in refused(evaluate_command.main, [checkpoint, *languages], capsys)
+
+
 def broken_model(folder, fault):
     """The model argument for each kind of broken model, made under `folder` (a copy of the checkpoint)."""
     if fault == "missing":

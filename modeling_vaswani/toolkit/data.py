@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 MULTI30K_DIR = Path(str(resources.files(__package__) / "corpora" / "multi30k"))
 # Split names follow the Hub convention; the values are the upstream file stems.
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
-MULTI30K_LANGUAGES = ("en", "de")
+MULTI30K_LANGUAGES = ("en", "de", "fr")  # task 1: English captions with German and French translations
 
 # Suffix (after an optional .gz) -> `datasets` packaged builder.
 _TABLE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv"}
@@ -155,17 +155,23 @@ def load_text_pairs(source_file: str | Path, target_file: str | Path, source_lan
     return dataset
 
 
-def multi30k_files(split: str, data_dir: str | Path | None = None) -> dict[str, Path]:
-    """Paths of the Multi30k En-De files of `split` ('train', 'validation' or 'test' = test2016 Flickr).
+def multi30k_files(
+    split: str, data_dir: str | Path | None = None, languages: Sequence[str] = ("en", "de")
+) -> dict[str, Path]:
+    """Paths of the Multi30k files of `split` ('train', 'validation' or 'test' = test2016 Flickr) in `languages`
+    (any of English, German and French).
 
-    `data_dir` defaults to the copy shipped in the repository (`data/multi30k`, gzip-compressed); an override may hold
-    compressed (`train.en.gz`) or plain (`train.en`) files.
+    `data_dir` defaults to the copy shipped with the package (gzip-compressed); an override may hold compressed
+    (`train.en.gz`) or plain (`train.en`) files.
     """
     if split not in MULTI30K_SPLITS:
         raise ValueError(f"unknown Multi30k split {split!r}; expected one of {sorted(MULTI30K_SPLITS)}")
+    unknown = [lang for lang in languages if lang not in MULTI30K_LANGUAGES]
+    if unknown:
+        raise ValueError(f"Multi30k has no {unknown[0]!r} text; expected languages among {MULTI30K_LANGUAGES}")
     directory = Path(data_dir) if data_dir is not None else MULTI30K_DIR
     files = {}
-    for lang in MULTI30K_LANGUAGES:
+    for lang in languages:
         name = f"{MULTI30K_SPLITS[split]}.{lang}"
         candidates = [directory / f"{name}.gz", directory / name]
         found = [path for path in candidates if path.is_file()]
@@ -181,14 +187,12 @@ def load_multi30k(
     target_lang: str = "de",
     data_dir: str | Path | None = None,
 ) -> Dataset | DatasetDict:
-    """Load one Multi30k split, or all three as a DatasetDict when `split` is None."""
-    if {source_lang, target_lang} != set(MULTI30K_LANGUAGES):
-        raise ValueError(
-            f"Multi30k here has {MULTI30K_LANGUAGES}; got source_lang={source_lang!r}, target_lang={target_lang!r}"
-        )
+    """Load one Multi30k split, or all three as a DatasetDict when `split` is None, in any direction between
+    English, German and French (the paper's two tasks are En-De and En-Fr)."""
+    _check_languages(source_lang, target_lang)
     if split is None:
         return DatasetDict({name: load_multi30k(name, source_lang, target_lang, data_dir) for name in MULTI30K_SPLITS})
-    files = multi30k_files(split, data_dir)
+    files = multi30k_files(split, data_dir, (source_lang, target_lang))
     return load_text_pairs(files[source_lang], files[target_lang], source_lang, target_lang)
 
 

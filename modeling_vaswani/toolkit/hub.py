@@ -282,6 +282,7 @@ def card_values(checkpoint: Checkpoint, repo_id: str, test_set: EvaluationSet) -
         "d_ff": config.d_ff,
         "num_heads": config.num_heads,
         "d_k": config.d_k,
+        "d_v": config.d_v,
         "dropout": config.dropout,
         "vocab_size": config.vocab_size,
         "parameters": f"{checkpoint.parameters:,}",

@@ -1,6 +1,7 @@
 """Scores a checkpoint with BLEU: translates a source file with the paper's decoding and compares with references.
 
     vaswani-evaluate runs/small/averaged                  # the shipped Multi30k test2016, En->De
+    vaswani-evaluate runs/en-fr/averaged --target_lang fr # the same test set, En->Fr
     vaswani-evaluate MODEL --source newstest2014.en --reference newstest2014.de
 
 Prints sacreBLEU with its signature (the number to report) and tokenized BLEU with compound splitting (the paper's
@@ -12,7 +13,7 @@ import argparse
 import json
 
 from ..allocator import keep_freed_memory
-from ..data import multi30k_files, read_sentences
+from ..data import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..translation import (
     InputError,
     bleu,
@@ -27,8 +28,10 @@ from ..translation import (
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer)")
-    parser.add_argument("--source", help="source sentences (default: Multi30k test2016 English)")
-    parser.add_argument("--reference", help="reference translations (default: Multi30k test2016 German)")
+    parser.add_argument("--source", help="source sentences (default: Multi30k test2016 in --source_lang)")
+    parser.add_argument("--reference", help="reference translations (default: Multi30k test2016 in --target_lang)")
+    parser.add_argument("--source_lang", default="en", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
+    parser.add_argument("--target_lang", default="de", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
     parser.add_argument("--batch_size", type=positive_int, default=64, help="sentences per batch")
     parser.add_argument(
         "--max_input_tokens",
@@ -39,14 +42,19 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     arguments = parser.parse_args(argv)
     if bool(arguments.source) != bool(arguments.reference):
         parser.error("give --source and --reference together")
+    if arguments.source_lang == arguments.target_lang:
+        parser.error(f"--source_lang and --target_lang are both {arguments.source_lang!r}; expected two languages")
     return parser, arguments
 
 
 def main(argv=None):
     keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
     parser, arguments = parse_arguments(argv)
-    test = multi30k_files("test")
-    source, reference = arguments.source or test["en"], arguments.reference or test["de"]
+    if arguments.source:
+        source, reference = arguments.source, arguments.reference
+    else:
+        test = multi30k_files("test", languages=(arguments.source_lang, arguments.target_lang))
+        source, reference = test[arguments.source_lang], test[arguments.target_lang]
     try:
         if arguments.output:
             check_output_path(arguments.output, [source, reference])
