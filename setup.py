@@ -10,6 +10,8 @@ COMMANDS = {
     "vaswani-average": "average",
     "vaswani-plot-attention": "plot_attention",
     "vaswani-push": "push",
+    "vaswani-ablate": "ablate",
+    "vaswani-convert": "convert",
 }
 
 setup(
@@ -51,5 +53,6 @@ setup(
         "dev": ["pytest>=8.0", "ruff>=0.6", "tox>=4.0", "build>=1.0"],
         "bench": ["ctranslate2>=4.0"],  # benchmarks/benchmark.py's third implementation
         "deepspeed": ["deepspeed>=0.15"],  # scripts/accelerate/deepspeed_zero2.yaml
+        "convert": ["sentencepiece>=0.2"],  # MarianTokenizer, for vaswani-convert marian (toolkit/convert_marian.py)
     },
 )

@@ -31,6 +31,8 @@ COMMANDS = {
     "vaswani-average": "average",
     "vaswani-plot-attention": "plot_attention",
     "vaswani-push": "push",
+    "vaswani-ablate": "ablate",
+    "vaswani-convert": "convert",
 }
 TOOLKIT = "modeling_vaswani/toolkit"
 MULTI30K = f"{TOOLKIT}/corpora/multi30k"
