@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
+from modeling_vaswani.allocator_vaswani import keep_freed_memory
 from modeling_vaswani.configuration_vaswani import VaswaniConfig
-from modeling_vaswani.toolkit.allocator import keep_freed_memory
 
 IMPLEMENTATIONS = ("vaswani", "marian", "ctranslate2")
 PHASES = ("training", "greedy", "beam", "latency")
@@ -586,7 +586,7 @@ def run_phase(spec: dict) -> dict:
 def worker_main(spec_json: str, output: str):
     """The `--worker` mode of the CLI: one phase, its result written as JSON to `output`.
 
-    Every implementation's process keeps the memory it frees (see allocator.py), as our scripts do; CTranslate2
+    Every implementation's process keeps the memory it frees (see allocator_vaswani.py), as our scripts do; CTranslate2
     caches its own allocations whatever glibc does, the torch models would otherwise spend up to a third of a
     training step in page faults."""
     kept = keep_freed_memory()
@@ -879,7 +879,10 @@ def heading(report: dict, shapes: Shapes) -> list[str]:
         f"batch {shapes.batch} x {shapes.source_length} source tokens, exactly {shapes.new_tokens} new tokens each; "
         "latency: one sentence, greedy",
         f"ceiling (GFLOP/s, {size}x{size} products): {ceiling}",
-        *(["every process keeps the memory it frees (glibc malloc settings, modeling_vaswani/allocator.py)"] * kept),
+        *(
+            ["every process keeps the memory it frees (glibc malloc settings: modeling_vaswani/allocator_vaswani.py)"]
+            * kept
+        ),
         "",
     ]
 

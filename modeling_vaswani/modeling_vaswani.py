@@ -2,7 +2,8 @@
 
 Payload: `save_pretrained` copies this file and its siblings flat into checkpoints as remote code
 (remote_code_vaswani.py lists them), so it imports only torch, transformers and those siblings: the configuration,
-the CPU kernels (kernels_vaswani.py) and the paper's decoding of Section 6.1 (generation_vaswani.py).
+the CPU kernels (kernels_vaswani.py), the CPU allocator setting (allocator_vaswani.py) and the paper's decoding of
+Section 6.1 (generation_vaswani.py).
 
 Where we follow tensor2tensor (the paper's code) rather than the paper's text, the comment says so.
 """
@@ -27,6 +28,7 @@ from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .allocator_vaswani import keep_freed_memory_by_default
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, paper_generation_config
 from .kernels_vaswani import Linear, is_cpu_decoding_step
@@ -530,6 +532,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
+        keep_freed_memory_by_default(self.device.type)  # page faults cost a CPU step up to a third: see the file
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs

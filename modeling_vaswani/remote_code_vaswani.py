@@ -13,6 +13,7 @@ PAYLOAD_FILES = (
     "modeling_vaswani.py",
     "generation_vaswani.py",
     "kernels_vaswani.py",
+    "allocator_vaswani.py",
     "remote_code_vaswani.py",
     "pipeline_vaswani.py",
 )

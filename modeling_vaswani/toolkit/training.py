@@ -294,6 +294,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
             test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
         )
 
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None):
+        if self.is_fsdp_enabled and self.accelerator.is_fsdp2:
+            return load_full_weights_into_fsdp2(model or self.model, resume_from_checkpoint)
+        return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
     def _get_output_dir(self, trial):
         return getattr(self, "_staging_dir", None) or super()._get_output_dir(trial)
 
@@ -319,3 +324,35 @@ class VaswaniTrainer(Seq2SeqTrainer):
             shutil.rmtree(staging)
             rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
         self.accelerator.wait_for_everyone()
+
+
+def load_full_weights_into_fsdp2(model: torch.nn.Module, checkpoint: str) -> None:
+    """Loads a FULL_STATE_DICT checkpoint's model.safetensors into an FSDP2-sharded model, rank 0 reading and
+    broadcasting. Written by hand because accelerate's load_fsdp_model fails on tied weights with torch 2.13:
+    set_model_state_dict walks a module shared under several names (the stacks' embed_tokens and the LM head are
+    model.shared) under its first name only, so the full state dict's other names raise KeyError while
+    broadcasting, and without them its strict load_state_dict reports them missing. Here the other names are left
+    out and the load is not strict; instead, every name it reports missing must be a tied alias."""
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    own_names = {name for name, _ in model.named_parameters()} | {name for name, _ in model.named_buffers()}
+    state_dict = {}
+    if torch.distributed.get_rank() == 0:
+        weights = Path(checkpoint) / "model.safetensors"
+        state_dict = {name: tensor for name, tensor in load_file(weights).items() if name in own_names}
+        if missing := own_names - state_dict.keys() - non_persistent_buffers(model):
+            raise ValueError(f"{weights} lacks {sorted(missing)}; expected the full weights a checkpoint holds")
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    result = set_model_state_dict(model, state_dict, options=options)
+    aliases = {name for name in model.state_dict() if name not in own_names}
+    if unloaded := set(result.missing_keys) - aliases:
+        raise ValueError(f"resuming from {checkpoint} left {sorted(unloaded)} unloaded")
+
+
+def non_persistent_buffers(model: torch.nn.Module) -> set[str]:
+    return {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, module in model.named_modules()
+        for name in module._non_persistent_buffers_set
+    }

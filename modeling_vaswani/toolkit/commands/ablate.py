@@ -15,11 +15,9 @@ import logging
 from pathlib import Path
 
 from ..ablation import parse_arguments, run
-from ..allocator import keep_freed_memory
 
 
 def main(argv=None):
-    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     arguments = parse_arguments(argv)
     run(*arguments)

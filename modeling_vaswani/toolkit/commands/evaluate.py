@@ -12,7 +12,6 @@ everything is checked before the first sentence is translated, --output and the 
 import argparse
 import json
 
-from ..allocator import keep_freed_memory
 from ..data import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..translation import (
     InputError,
@@ -48,7 +47,6 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 
 def main(argv=None):
-    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
     parser, arguments = parse_arguments(argv)
     if arguments.source:
         source, reference = arguments.source, arguments.reference

@@ -13,12 +13,10 @@ import sys
 
 import torch
 
-from ..allocator import keep_freed_memory
 from ..recipe import parse_arguments, run
 
 
 def main(argv=None):
-    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     results = run(*parse_arguments(argv))
     test = results.get("test")

@@ -13,7 +13,6 @@ import argparse
 import io
 import sys
 
-from ..allocator import keep_freed_memory
 from ..translation import (
     InputError,
     check_output_path,
@@ -45,7 +44,6 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 
 def main(argv=None):
-    keep_freed_memory()  # page faults cost a CPU run up to a third of its time: see allocator.py
     parser, arguments = parse_arguments(argv)
     try:
         if arguments.output:
