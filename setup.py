@@ -12,6 +12,7 @@ COMMANDS = {
     "vaswani-push": "push",
     "vaswani-ablate": "ablate",
     "vaswani-convert": "convert",
+    "vaswani-export-ctranslate2": "export_ctranslate2",
 }
 
 setup(
@@ -51,7 +52,8 @@ setup(
             "matplotlib>=3.8",
         ],
         "dev": ["pytest>=8.0", "ruff>=0.6", "tox>=4.0", "build>=1.0"],
-        "bench": ["ctranslate2>=4.0"],  # benchmarks/benchmark.py's third implementation
+        "ctranslate2": ["ctranslate2>=4.0"],  # vaswani-export-ctranslate2 and --engine ctranslate2
+        "bench": ["ctranslate2>=4.0"],  # benchmarks/benchmark.py's third implementation, and the export
         "deepspeed": ["deepspeed>=0.15"],  # scripts/accelerate/deepspeed_zero2.yaml
         "convert": ["sentencepiece>=0.2"],  # MarianTokenizer, for vaswani-convert marian (toolkit/convert_marian.py)
     },

@@ -1,12 +1,14 @@
-"""Training and generation speed of this model next to transformers' MarianMTModel and CTranslate2, in one run.
+"""Training and generation speed of this model next to transformers' MarianMTModel and CTranslate2 (converted from
+the Marian copy, and this model's own export in float32 and int8), in one run.
 
 The same shapes (by default the base model: 6+6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 32000; batch
-32) and the same random weights in all three; each implementation and phase in a process of its own; the machine's
+32) and the same random weights in all; each implementation and phase in a process of its own; the machine's
 matmul rate as the ceiling. The whole list runs in rounds, so that each round compares the implementations under the
 same machine load.
 
 python benchmarks/benchmark.py --quick --json benchmark.json   # a few minutes on a small CPU
 python benchmarks/benchmark.py                                 # three interleaved rounds: the numbers to publish
+python benchmarks/benchmark.py --plain                         # as a user's own program runs: no allocator setting
 python benchmarks/benchmark.py --device cuda --dtype bfloat16 --model big --batch 768 --phases training
 """
 
@@ -62,6 +64,11 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--threads", type=int, help="CPU threads for torch and CTranslate2 (default: torch's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument(
+        "--plain",
+        action="store_true",
+        help="no allocator setting by the benchmark: each process runs as a user's own program would",
+    )
     # The mode each measurement runs in, in a process of its own; not for users.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--worker-output", help=argparse.SUPPRESS)
@@ -90,6 +97,7 @@ def main(argv=None) -> None:
         threads=arguments.threads,
         shapes=benchmarking.model_shapes(arguments.model, arguments.batch),
         seed=arguments.seed,
+        plain=arguments.plain,
     )
     print(benchmarking.format_table(report))
     if arguments.json:

@@ -34,10 +34,15 @@ from pathlib import Path
 
 import torch
 
+from modeling_vaswani import allocator_vaswani
 from modeling_vaswani.allocator_vaswani import keep_freed_memory
 from modeling_vaswani.configuration_vaswani import VaswaniConfig
 
-IMPLEMENTATIONS = ("vaswani", "marian", "ctranslate2")
+IMPLEMENTATIONS = ("vaswani", "marian", "ctranslate2", "vaswani-ct2", "vaswani-ct2-int8")
+# CTranslate2 folders and the compute type each runs in: converted from the Marian copy, and our own export
+# (vaswani-export-ctranslate2's converter) in float32 and int8. The others are torch models.
+CTRANSLATE2 = {"ctranslate2": None, "vaswani-ct2": None, "vaswani-ct2-int8": "int8"}
+PEERS = ("marian", "ctranslate2", "vaswani-ct2", "vaswani-ct2-int8")
 PHASES = ("training", "greedy", "beam", "latency")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 BEAMS = 4
@@ -282,14 +287,29 @@ def ctranslate2_unavailable(device: str, dtype: str = "float32") -> str | None:
     return None
 
 
+def export_ours(model, folder: Path, quantization: str) -> Path:
+    """Our model through vaswani-export-ctranslate2's converter, its tokens named as `export_ctranslate2` names the
+    Marian copy's (`<s>`, `<pad>`, `</s>`, `<unk>`, t4, ...)."""
+    from modeling_vaswani.toolkit.export_ctranslate2 import write_export
+
+    names = ["<s>", "<pad>", "</s>", "<unk>", *(f"t{i}" for i in range(4, model.config.vocab_size))]
+    target = folder / f"vaswani-ct2-{quantization}"
+    write_export(model, names, target, quantization)
+    return target
+
+
 def prepare_models(shapes: Shapes, folder: Path, seed: int, with_ctranslate2: bool) -> dict[str, Path]:
-    """Saves our model with random weights (`seed`), its Marian copy and, if asked, the CTranslate2 conversion."""
+    """Saves our model with random weights (`seed`), its Marian copy and, if asked, the CTranslate2 conversion of the
+    copy and our own export in float32 and int8."""
     from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration
 
     torch.manual_seed(seed)
     model = VaswaniForConditionalGeneration(vaswani_config(shapes))
     folders = {"vaswani": folder / "vaswani", "marian": folder / "marian"}
     model.save_pretrained(folders["vaswani"])
+    if with_ctranslate2:
+        folders["vaswani-ct2"] = export_ours(model, folder, "float32")
+        folders["vaswani-ct2-int8"] = export_ours(model, folder, "int8")
     marian = marian_copy(model)
     del model
     marian.save_pretrained(folders["marian"])
@@ -552,9 +572,10 @@ def phase_call(spec: dict) -> tuple[Callable[[], object], int, dict]:
         tokens = shapes.batch * (shapes.source_length + shapes.target_length)
     else:
         tokens = batch * shapes.new_tokens
-    if spec["implementation"] == "ctranslate2":
-        call = ctranslate2_call(spec["folder"], shapes, device, dtype, spec["threads"], batch, beams)
-        return call, tokens, {"compute_type": dtype}
+    if spec["implementation"] in CTRANSLATE2:
+        compute_type = CTRANSLATE2[spec["implementation"]] or dtype
+        call = ctranslate2_call(spec["folder"], shapes, device, compute_type, spec["threads"], batch, beams)
+        return call, tokens, {"compute_type": compute_type}
     model = load_torch_model(spec["implementation"], spec["folder"], device)
     facts = {
         "attn_implementation": model.config._attn_implementation,
@@ -572,7 +593,7 @@ def run_phase(spec: dict) -> dict:
     if spec["phase"] == "matmul":
         return matmul_rate(spec["device"], spec["dtype"], warmup, repetitions)
     call, tokens, facts = phase_call(spec)
-    memory = PeakMemory(spec["device"], torch_allocations=spec["implementation"] != "ctranslate2").start()
+    memory = PeakMemory(spec["device"], torch_allocations=spec["implementation"] not in CTRANSLATE2).start()
     times = timed(call, warmup, repetitions, spec["device"])
     median = statistics.median(times)
     result = {**facts, "times_s": times, "median_s": median, "peak_memory_mib": memory.peak_mib()}
@@ -586,11 +607,15 @@ def run_phase(spec: dict) -> dict:
 def worker_main(spec_json: str, output: str):
     """The `--worker` mode of the CLI: one phase, its result written as JSON to `output`.
 
-    Every implementation's process keeps the memory it frees (see allocator_vaswani.py), as our scripts do; CTranslate2
-    caches its own allocations whatever glibc does, the torch models would otherwise spend up to a third of a
-    training step in page faults."""
-    kept = keep_freed_memory()
-    result = {**run_phase(json.loads(spec_json)), "keeps_freed_memory": kept}
+    Every implementation's process keeps the memory it frees (see allocator_vaswani.py), so that the torch peers
+    compare without page faults (CTranslate2 caches its own allocations whatever glibc does); with `plain` no
+    process is set up: each runs as a user's own program would, where our model sets it by itself and MarianMT not."""
+    spec = json.loads(spec_json)
+    kept = None if spec.get("plain") else keep_freed_memory()
+    result = run_phase(spec)
+    result["keeps_freed_memory"] = kept or (
+        spec["implementation"] == "vaswani" and allocator_vaswani.applied_by_default
+    )
     Path(output).write_text(json.dumps(result))
 
 
@@ -616,11 +641,11 @@ def run_worker(script: Path, spec: dict, folder: Path) -> dict:
 
 
 def skipped_reason(implementation: str, phase: str, device: str, dtype: str) -> str | None:
-    if implementation != "ctranslate2":
+    if implementation not in CTRANSLATE2:
         return None
     if phase == "training":
         return "CTranslate2 is an inference engine"
-    return ctranslate2_unavailable(device, dtype)
+    return ctranslate2_unavailable(device, CTRANSLATE2[implementation] or dtype)
 
 
 def machine() -> dict:
@@ -677,6 +702,7 @@ def run_benchmark(
     threads: int | None = None,
     shapes: Shapes = Shapes(),
     seed: int = 0,
+    plain: bool = False,
     progress: Callable[[str], None] = print,
 ) -> dict:
     """Measures `phases` of `implementations` and the matmul ceiling, each in its own `script --worker` process.
@@ -695,7 +721,7 @@ def run_benchmark(
     rounds = [{} for _ in range(repetitions.rounds)]
     with tempfile.TemporaryDirectory(prefix="vaswani-benchmark-") as workdir:
         workdir = Path(workdir)
-        with_ctranslate2 = "ctranslate2" in implementations and not ctranslate2_unavailable(device, dtype)
+        with_ctranslate2 = bool(CTRANSLATE2.keys() & set(implementations)) and not ctranslate2_unavailable(device)
         progress(f"preparing the models (same random weights{', CTranslate2 conversion' * with_ctranslate2})")
         folders = prepare_models(shapes, workdir, seed, with_ctranslate2)
         for number, (round_number, implementation, phase, job_dtype) in enumerate(jobs, start=1):
@@ -716,13 +742,14 @@ def run_benchmark(
                 "folder": str(folders.get(implementation, "")),
                 "warmup": repetitions.warmup[phase],
                 "repetitions": repetitions.timed[phase],
+                "plain": plain,
             }
             start = time.perf_counter()
             result = run_worker(script, spec, workdir)
             key = job_dtype if phase == "matmul" else phase
             results.setdefault(implementation, {})[key] = result
             progress(f"{label}: {summary(phase, result)} ({time.perf_counter() - start:.0f} s)")
-    return report(rounds, shapes, device, dtype, threads, repetitions)
+    return {**report(rounds, shapes, device, dtype, threads, repetitions), "plain": plain}
 
 
 def summary(phase: str, result: dict) -> str:
@@ -777,7 +804,7 @@ def report(
     }
     ceiling = results.pop("ceiling")
     ratios = {}
-    for peer in ("marian", "ctranslate2"):
+    for peer in PEERS:
         for phase in PHASES:
             per_round = []
             for round_results in rounds:
@@ -832,7 +859,7 @@ def ratio_cell(ratio: float | None) -> str:
 def format_table(report: dict) -> str:
     results, shapes = report["results"], Shapes(**report["shapes"])
     implementations = [name for name in IMPLEMENTATIONS if name in results]
-    peers = [name for name in ("marian", "ctranslate2") if f"vaswani/{name}" in report["ratios"]]
+    peers = [name for name in PEERS if f"vaswani/{name}" in report["ratios"]]
     header = ["phase", "unit", *implementations, *(f"vaswani/{peer}" for peer in peers)]
     rows = []
     for phase in [phase for phase in PHASES if any(phase in results[name] for name in implementations)]:
@@ -870,7 +897,13 @@ def heading(report: dict, shapes: Shapes) -> list[str]:
         for dtype, result in report["ceiling"].items()
     )
     size = report["ceiling"].get("float32", {}).get("size", "?")
-    kept = any(result.get("keeps_freed_memory") for phases in report["results"].values() for result in phases.values())
+    if report.get("plain"):
+        allocator = "plain processes, as a user's own program runs: the benchmark sets nothing; this model keeps the "
+        allocator += "memory it frees by itself (modeling_vaswani/allocator_vaswani.py), MarianMT does not"
+    else:
+        allocator = (
+            "every process keeps the memory it frees (glibc malloc settings: modeling_vaswani/allocator_vaswani.py)"
+        )
     return [
         f"{report['device']} {report['dtype']}, {report['threads']} thread(s) · {processor} · {versions}",
         f"{shapes.layers}+{shapes.layers} layers, d_model {shapes.d_model}, {shapes.heads} heads, d_ff {shapes.d_ff}, "
@@ -879,10 +912,7 @@ def heading(report: dict, shapes: Shapes) -> list[str]:
         f"batch {shapes.batch} x {shapes.source_length} source tokens, exactly {shapes.new_tokens} new tokens each; "
         "latency: one sentence, greedy",
         f"ceiling (GFLOP/s, {size}x{size} products): {ceiling}",
-        *(
-            ["every process keeps the memory it frees (glibc malloc settings: modeling_vaswani/allocator_vaswani.py)"]
-            * kept
-        ),
+        allocator,
         "",
     ]
 

@@ -1,5 +1,6 @@
 """benchmarks/benchmark.py and benchmarks/benchmarking.py on tiny shapes: the Marian and CTranslate2 copies hold
-our weights, each phase returns well-formed numbers, generation makes exactly N tokens, the CLI refuses bad input.
+our weights (our own export's exactness: test_export_ctranslate2.py), each phase returns well-formed numbers,
+generation makes exactly N tokens, plain processes are plain, the CLI refuses bad input.
 
 No timing is asserted: speed is what the benchmark shows, not what a unit test can check on a shared machine.
 """
@@ -228,6 +229,43 @@ def test_the_run_end_to_end_in_worker_processes():
     assert report["ratios"] == {"vaswani/marian": {"latency": pytest.approx(ours / theirs)}}
     header = next(line for line in table.splitlines() if line.startswith("phase"))
     assert header.split() == ["phase", "unit", "vaswani", "marian", "vaswani/marian"]
+
+
+@needs_ctranslate2
+def test_our_exports_hold_our_model(folders):
+    """Both exports are of the model the other implementations hold: the float32 one scores a target as our model
+    does; the int8 one stores 8-bit matrices, so a smaller model.bin."""
+    import ctranslate2
+
+    model = VaswaniForConditionalGeneration.from_pretrained(folders["vaswani"]).eval()
+    translator = ctranslate2.Translator(str(folders["vaswani-ct2"]), compute_type="float32", intra_threads=1)
+    names = json.loads((folders["vaswani-ct2"] / "shared_vocabulary.json").read_text())
+    source = benchmarking.token_batch(2, 6, TINY.vocab_size, EOS, seed=5)
+    target = benchmarking.token_batch(2, 4, TINY.vocab_size, EOS, seed=6)
+    scored = translator.score_batch(
+        [[names[i] for i in row] for row in source.tolist()], [[names[i] for i in row[:-1]] for row in target.tolist()]
+    )
+    with torch.no_grad():
+        logits = model(input_ids=source, labels=target).logits
+    expected = logits.log_softmax(-1).gather(-1, target[..., None])[..., 0]
+    torch.testing.assert_close(torch.tensor([result.log_probs for result in scored]), expected, atol=1e-4, rtol=0)
+    sizes = {name: (folders[name] / "model.bin").stat().st_size for name in ("vaswani-ct2", "vaswani-ct2-int8")}
+    # The products' matrices in 8 bits; norms, biases and the position table stay float32, and at these tiny
+    # shapes they are a third of the file.
+    assert sizes["vaswani-ct2-int8"] < 0.7 * sizes["vaswani-ct2"]
+
+
+def test_plain_processes_set_nothing_but_our_model_sets_its_own():
+    """--plain: the benchmark calls nothing; MarianMT's process keeps glibc's defaults, ours sets its allocator by
+    itself (allocator_vaswani.py). Without --plain every process is set up."""
+    for plain in (True, False):
+        report = benchmarking.run_benchmark(
+            SCRIPT, repetitions=ONCE, implementations=["vaswani", "marian"], phases=["latency"], shapes=TINY,
+            threads=1, plain=plain, progress=lambda line: None,
+        )  # fmt: skip
+        kept = {name: report["results"][name]["latency"]["keeps_freed_memory"] for name in ("vaswani", "marian")}
+        assert kept == {"vaswani": True, "marian": not plain}
+        assert ("plain processes" in benchmarking.format_table(report)) == plain
 
 
 def latency_result(ms: float, peak_mib: float) -> dict:

@@ -33,6 +33,7 @@ COMMANDS = {
     "vaswani-push": "push",
     "vaswani-ablate": "ablate",
     "vaswani-convert": "convert",
+    "vaswani-export-ctranslate2": "export_ctranslate2",
 }
 TOOLKIT = "modeling_vaswani/toolkit"
 MULTI30K = f"{TOOLKIT}/corpora/multi30k"

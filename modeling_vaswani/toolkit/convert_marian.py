@@ -121,7 +121,7 @@ def vaswani_config(config, logits_bias: bool) -> VaswaniConfig:
 def departures(config: VaswaniConfig) -> dict:
     """The departures from the paper's options that a converted configuration sets, by name."""
     paper = VaswaniConfig()
-    names = ("attention_bias", "layer_norm_eps", "activation_function", "final_logits_bias")
+    names = ("attention_bias", "layer_norm_eps", "activation_function", "final_logits_bias", "position_embedding_type")
     return {name: getattr(config, name) for name in names if getattr(config, name) != getattr(paper, name)}
 
 
@@ -237,14 +237,18 @@ def load_marian(name_or_path: str, revision: str | None = None) -> tuple[MarianM
     return model.eval(), AutoTokenizer.from_pretrained(name_or_path, revision=revision)
 
 
+def check_output_dir(output_dir: Path) -> None:
+    """Refuses an output folder that exists and is not empty: a conversion writes a whole checkpoint, nothing else."""
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise ConversionError(f"output folder {output_dir} exists and is not an empty folder; expected a new one")
+
+
 def convert_marian_checkpoint(
     name_or_path: str, output_dir: str | Path, revision: str | None = None
 ) -> VaswaniForConditionalGeneration:
     """`load_marian`, `convert_marian`, then the model and the tokenizer saved into `output_dir` (new or empty).
     Returns the converted model."""
-    output_dir = Path(output_dir)
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise ConversionError(f"output folder {output_dir} exists and is not an empty folder; expected a new one")
+    check_output_dir(Path(output_dir))
     model, tokenizer = load_marian(name_or_path, revision)
     converted = convert_marian(model, tokenizer)
     converted.save_pretrained(output_dir)

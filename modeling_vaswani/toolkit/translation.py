@@ -119,17 +119,72 @@ def check_folder(folder: Path) -> None:
             pass
 
 
-def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remote_code: bool = False):
+ENGINES = ("pytorch", "ctranslate2")
+
+
+def is_ctranslate2_folder(folder: Path) -> bool:
+    """A CTranslate2 model folder (model.bin beside its config.json), as vaswani-export-ctranslate2 writes one."""
+    return (folder / "model.bin").is_file() and (folder / "config.json").is_file()
+
+
+def load_model_and_tokenizer(
+    name: str, revision: str | None = None, trust_remote_code: bool = False, engine: str | None = None
+):
     """The model and tokenizer of a checkpoint folder or Hub id, after the checks of `local_folder` and
-    `check_folder` on a folder (a `revision` applies to Hub ids only)."""
+    `check_folder` on a folder (a `revision` applies to Hub ids only).
+
+    `engine` "ctranslate2" runs a folder written by vaswani-export-ctranslate2 (`export_ctranslate2.CTranslate2Model`),
+    "pytorch" a checkpoint; None picks by what the folder holds.
+    """
+    if engine not in (None, *ENGINES):
+        raise ValueError(f"engine {engine!r} is unknown; expected one of {', '.join(ENGINES)}")
     folder = local_folder(name)
+    if folder is not None and revision is not None:
+        raise ValueError(f"--revision {revision} applies to Hub ids; {name} is a local folder")
+    exported = folder is not None and is_ctranslate2_folder(folder)
+    if engine == "ctranslate2" or (engine is None and exported):
+        return load_exported(name, folder)
+    if exported:
+        raise ValueError(
+            f"model folder {folder} holds a CTranslate2 export (model.bin); run it with --engine ctranslate2, or "
+            "give the checkpoint folder it was exported from"
+        )
     if folder is not None:
-        if revision is not None:
-            raise ValueError(f"--revision {revision} applies to Hub ids; {name} is a local folder")
         check_folder(folder)
         name = str(folder)  # "~" expanded
     options = {"revision": revision, "trust_remote_code": trust_remote_code}
     return AutoModelForSeq2SeqLM.from_pretrained(name, **options), AutoTokenizer.from_pretrained(name, **options)
+
+
+def load_exported(name: str, folder: Path | None):
+    """An exported folder run by CTranslate2, with the tokenizer copied beside it."""
+    if folder is None:
+        raise ValueError(
+            f"--engine ctranslate2 runs a local folder written by vaswani-export-ctranslate2; {name} is a Hub id"
+        )
+    if not is_ctranslate2_folder(folder):
+        raise ValueError(
+            f"model folder {folder} holds no CTranslate2 model (model.bin and config.json); expected a folder "
+            "written by vaswani-export-ctranslate2"
+        )
+    if not any((folder / file).is_file() for file in TOKENIZER_FILES):
+        raise ValueError(f"model folder {folder} has no tokenizer; expected {' or '.join(TOKENIZER_FILES)}")
+    from .export_ctranslate2 import CTranslate2Model  # needs the optional ctranslate2 package
+
+    return CTranslate2Model(folder), AutoTokenizer.from_pretrained(str(folder))
+
+
+def input_token_limit(model, requested: int | None) -> int:
+    """The commands' --max_input_tokens: `requested`, else the model's max_position_embeddings. An exported model
+    knows positions only as far as its stored table (`position_rows`), so a larger request is refused."""
+    limit = requested or model.config.max_position_embeddings
+    rows = getattr(model, "position_rows", None)  # only a CTranslate2Model has a table that ends
+    if rows is not None and limit > rows:
+        raise ValueError(
+            f"--max_input_tokens {limit} is more than the exported model's position table holds ({rows} "
+            f"positions); expected at most {rows}"
+        )
+    return limit
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -171,7 +226,8 @@ def translate(
     max_input_tokens: int | None = None,
     **generate_kwargs,
 ) -> list[str]:
-    """Translations of `sentences`, in order, one per sentence.
+    """Translations of `sentences`, in order, one per sentence, by `model`: a checkpoint's, or an exported folder's
+    `CTranslate2Model` (which decodes the same batches, as close to Section 6.1 as CTranslate2 can).
 
     Sentences are batched by length (longest first, so a memory problem shows at once) to waste little on padding,
     and decoded with Section 6.1's beam search unless `paper_decoding=False`. Nothing is truncated: an empty

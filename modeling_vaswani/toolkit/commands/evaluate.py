@@ -3,6 +3,7 @@
     vaswani-evaluate runs/small/averaged                  # the shipped Multi30k test2016, En->De
     vaswani-evaluate runs/en-fr/averaged --target_lang fr # the same test set, En->Fr
     vaswani-evaluate MODEL --source newstest2014.en --reference newstest2014.de
+    vaswani-evaluate runs/small/ct2                       # a vaswani-export-ctranslate2 folder, run by CTranslate2
 
 Prints sacreBLEU with its signature (the number to report) and tokenized BLEU with compound splitting (the paper's
 way, for comparison with its table). Files are read as training data is (UTF-8, split on "\\n" only, no empty line);
@@ -14,9 +15,11 @@ import json
 
 from ..data import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..translation import (
+    ENGINES,
     InputError,
     bleu,
     check_output_path,
+    input_token_limit,
     load_model_and_tokenizer,
     positive_int,
     translate,
@@ -26,7 +29,10 @@ from ..translation import (
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer)")
+    parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer), or an exported folder")
+    parser.add_argument(
+        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
+    )
     parser.add_argument("--source", help="source sentences (default: Multi30k test2016 in --source_lang)")
     parser.add_argument("--reference", help="reference translations (default: Multi30k test2016 in --target_lang)")
     parser.add_argument("--source_lang", default="en", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
@@ -62,10 +68,10 @@ def main(argv=None):
                 f"{source} has {len(sources)} sentences but {reference} has {len(references)}; "
                 "expected one reference per source sentence"
             )
-        model, tokenizer = load_model_and_tokenizer(arguments.model)
-    except (ValueError, OSError) as error:
+        model, tokenizer = load_model_and_tokenizer(arguments.model, engine=arguments.engine)
+        limit = input_token_limit(model, arguments.max_input_tokens)
+    except (ValueError, OSError, ImportError) as error:
         parser.error(str(error))
-    limit = arguments.max_input_tokens or model.config.max_position_embeddings
     try:
         hypotheses = translate(model, tokenizer, sources, batch_size=arguments.batch_size, max_input_tokens=limit)
     except InputError as error:

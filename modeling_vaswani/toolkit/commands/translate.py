@@ -2,6 +2,7 @@
 
 vaswani-translate runs/small/averaged --input sentences.en --output sentences.de
 echo "A man rides a bike." | vaswani-translate runs/small/averaged
+vaswani-translate runs/small/ct2 --input sentences.en       # a vaswani-export-ctranslate2 folder, run by CTranslate2
 
 Input is UTF-8 text, one sentence a line, split on "\\n" only as training data is. Refused before any sentence is
 translated: bad counts, an --output that cannot be written (or is the input), a model folder that does not exist or
@@ -14,8 +15,10 @@ import io
 import sys
 
 from ..translation import (
+    ENGINES,
     InputError,
     check_output_path,
+    input_token_limit,
     load_model_and_tokenizer,
     positive_int,
     read_input,
@@ -26,7 +29,7 @@ from ..translation import (
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer)")
+    parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer), or an exported folder")
     parser.add_argument("--input", help="text file, one sentence a line (default: standard input)")
     parser.add_argument("--output", help="where to write the translations (default: standard output)")
     parser.add_argument("--batch_size", type=positive_int, default=64, help="sentences per batch")
@@ -37,6 +40,9 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
         "--max_input_tokens",
         type=positive_int,
         help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
+    )
+    parser.add_argument(
+        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
     )
     parser.add_argument("--revision", help="a Hub branch, tag or commit")
     parser.add_argument("--trust_remote_code", action="store_true", help="load the model's code from the checkpoint")
@@ -49,10 +55,14 @@ def main(argv=None):
         if arguments.output:
             check_output_path(arguments.output, [arguments.input])
         model, tokenizer = load_model_and_tokenizer(
-            arguments.model, revision=arguments.revision, trust_remote_code=arguments.trust_remote_code
+            arguments.model,
+            revision=arguments.revision,
+            trust_remote_code=arguments.trust_remote_code,
+            engine=arguments.engine,
         )
+        limit = input_token_limit(model, arguments.max_input_tokens)
         sentences = read_input(arguments.input)  # after the model: standard input is read once, and may wait
-    except (ValueError, OSError) as error:
+    except (ValueError, OSError, ImportError) as error:
         parser.error(str(error))
     generate_kwargs = {k: v for k in ("num_beams", "max_new_tokens") if (v := getattr(arguments, k)) is not None}
     try:
@@ -62,7 +72,7 @@ def main(argv=None):
             sentences,
             batch_size=arguments.batch_size,
             paper_decoding=not arguments.no_paper_decoding,
-            max_input_tokens=arguments.max_input_tokens or model.config.max_position_embeddings,
+            max_input_tokens=limit,
             **generate_kwargs,
         )
     except InputError as error:
