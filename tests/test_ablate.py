@@ -107,7 +107,7 @@ def test_every_row_has_the_same_budget_and_tokenizer_and_its_own_eps_ls(run):
     for row, (_, eps_ls) in ROWS.items():
         folder = run / row.replace(":", "_")
         arguments = torch.load(folder / "training_args.bin", weights_only=False)
-        assert (arguments.max_steps, arguments.max_train_minutes, arguments.max_tokens) == (STEPS, 27, 500), row
+        assert (arguments.max_steps, arguments.max_train_minutes, arguments.max_tokens) == (STEPS, None, 500), row
         assert arguments.label_smoothing_factor == eps_ls, row  # row D's eps_ls reaches the Trainer
         assert json.loads((folder / "results.json").read_text())["steps"] == STEPS
         assert table(run)[row]["steps"] == str(STEPS) and table(run)[row]["eps_ls"] == str(eps_ls)

@@ -58,6 +58,9 @@ ABLATION_DEFAULTS = {
     "save_strategy": "no",  # the model at the end of the budget is the one scored: no checkpoint is needed
     "eval_strategy": "no",  # the budget goes to training alike in every line; the dev set is scored once, at the end
     "max_validation_samples": None,  # the whole dev set, as Table 3 scores the whole of newstest2013
+    # Steps are the budget (the preset's, or --max_steps), alike on any host and under any load: a preset's time
+    # limit would give a line trained on a busier machine fewer steps. --max_train_minutes still adds one.
+    "max_train_minutes": None,
 }
 
 

@@ -2,7 +2,7 @@
 writes Table 3's columns (dev perplexity, dev BLEU with the paper's beam search and no averaging, parameters) as
 OUTPUT_DIR/ablation.md and ablation.png.
 
-    vaswani-ablate --rows base A:h=1 B:d_k=32 E --max_train_minutes 10          # small preset, shipped Multi30k
+    vaswani-ablate --rows base A:h=1 B:d_k=32 E --max_steps 600                 # small preset, shipped Multi30k
     vaswani-ablate --preset base --rows base A:h=1 C:N=2 D:eps_ls=0.0 --dataset_name wmt14 ...   # see README
 
 A row is ROW or ROW:NAME=VALUE[,NAME=VALUE], a line of Table 3 in the paper's terms; how a line applies to a preset
