@@ -38,11 +38,16 @@ logger = logging.getLogger(__name__)
 # The small preset's schedule is tuned to 27 minutes of training on 2 CPU cores (about 2.3 steps a second): more,
 # smaller batches and a peak learning rate of 2e-3 instead of Equation 3's d_model^-0.5 * warmup^-0.5 (3.1e-3
 # here); its length penalty alpha was chosen on Multi30k's validation set, as the paper chose 0.6 on newstest2013
-# (Section 6.1).
+# (Section 6.1). P_drop is 0 instead of the paper's 0.1 (Section 5.4): in a half-hour budget the model sees Multi30k
+# about 7 times and is still far from fitting it (training loss above validation loss), and dropout only slows
+# learning there: at 1,200 steps the averaged model scored 29.20 validation BLEU without dropout, 25.48 with 0.1.
+# Regularization pays on longer runs: --dropout 0.1 (or 0.3, usual for corpora of this size trained to convergence).
 # base and big save a checkpoint about every 10 minutes of the paper's P100 time (0.4 s and 1.0 s a step).
 PRESETS = {
     "small": {
-        "config": partial(VaswaniConfig.base, d_model=256, encoder_layers=3, decoder_layers=3, num_heads=4, d_ff=1024),
+        "config": partial(
+            VaswaniConfig.base, d_model=256, encoder_layers=3, decoder_layers=3, num_heads=4, d_ff=1024, dropout=0.0
+        ),
         "training": {
             "vocab_size": 8000,
             "max_tokens": 1500,
