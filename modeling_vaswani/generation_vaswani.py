@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.generation import GenerationConfig, GenerationMixin, StoppingCriteria, StoppingCriteriaList
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 
 def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
@@ -92,8 +95,9 @@ class VaswaniGenerationMixin(GenerationMixin):
           `length_penalty` (generation_config: 0.6). Stock transformers divides by |Y|^alpha instead, which ranks
           hypotheses differently; that stays the behaviour without `paper_decoding`;
         - at most (source length + 50) output tokens per sentence, the source length counting non-padding tokens, or
-          fewer where `max_new_tokens` or `max_length` (which counts the decoder start token) is smaller; the search
-          over a sentence ends as soon as no live beam can beat its finished ones.
+          fewer where `max_new_tokens` or `max_length` (which counts the decoder start token) is smaller, or where
+          learned positions end (a warning says so); the search over a sentence ends as soon as no live beam can beat
+          its finished ones.
 
         In both modes a source row that is all padding (its `attention_mask`, or its ids against the pad id, all zero)
         raises a ValueError naming the row.
@@ -114,6 +118,17 @@ class VaswaniGenerationMixin(GenerationMixin):
             limits = limits.clamp(max=1 + max_new_tokens)
         if max_length is not None:
             limits = limits.clamp(max=max_length)
+        table = self.config.max_position_embeddings
+        if self.config.position_embedding_type == "learned" and int(limits.max()) > table:
+            # Learned positions (Table 3 row E) end with their table, so decoding stops there, as the CTranslate2
+            # export's does, rather than failing mid-search.
+            logger.warning(
+                "paper_decoding: source length + 50 reaches past the %d learned positions; translations stop at %d "
+                "tokens",
+                table,
+                table - 1,
+            )
+            limits = limits.clamp(max=table)
 
         generation_config = kwargs.get("generation_config") or self.generation_config
         alpha = kwargs.pop("length_penalty", generation_config.length_penalty)

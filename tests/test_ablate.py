@@ -152,6 +152,13 @@ def test_lines_on_the_small_preset(name, expected):
     assert {field: getattr(config, field) for field in small} == {**small, **expected}
 
 
+def test_every_line_has_the_papers_dropout_whatever_the_presets():
+    assert PRESETS["small"]["config"]().dropout == 0.0  # the small preset's own, for its half-hour budget
+    assert line_config(parse_line("base"), "small").dropout == 0.1  # Table 3's base
+    assert line_config(parse_line("base"), "small", dropout=0.25).dropout == 0.25  # --dropout replaces base's
+    assert line_config(parse_line("D:P_drop=0.0"), "small", dropout=0.25).dropout == 0.0  # (D) as written
+
+
 def test_a_ratio_that_gives_no_whole_number_is_refused(monkeypatch):
     monkeypatch.setitem(PRESETS, "five", {"config": partial(VaswaniConfig.base, encoder_layers=5, decoder_layers=5)})
     with pytest.raises(ValueError, match=r"row 'C:N=2': encoder_layers 2 is 2/6 of base's.* 5 .* 1\.66667"):

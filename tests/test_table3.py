@@ -197,6 +197,16 @@ def test_learned_positions_are_used_and_bounded():
         model(input_ids=torch.full((1, 12), 5), decoder_input_ids=input_ids[:1])
 
 
+@pytest.mark.filterwarnings("ignore:Unfeasible length constraints")  # min_length keeps </s> away to the end
+def test_paper_decoding_stops_where_learned_positions_end(caplog):
+    model = tiny_model(seed=5, position_embedding_type="learned", max_position_embeddings=10).eval()
+    input_ids, attention_mask = padded_batch([6, 4])
+    with caplog.at_level("WARNING"):
+        output = model.generate(input_ids=input_ids, attention_mask=attention_mask, paper_decoding=True, min_length=30)
+    assert output.shape[1] == 10  # the start token and 9 more: positions 0-9; source + 50 would be 57
+    assert "reaches past the 10 learned positions; translations stop at 9 tokens" in caplog.text
+
+
 def test_learned_positions_round_trip(tmp_path):
     model = tiny_model(seed=6, position_embedding_type="learned", max_position_embeddings=40)
     model.save_pretrained(tmp_path)

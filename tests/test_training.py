@@ -152,6 +152,14 @@ def test_evaluation_translates_with_the_papers_decoding_and_scores_bleu(checkpoi
     assert 0.0 <= metrics["eval_sacrebleu"] <= 100.0 and "eval_tokenized_bleu" in metrics
 
 
+def test_no_time_limit_at_zero_minutes_and_negative_refused(checkpoint, tmp_path):
+    trainer = make_trainer(checkpoint, tmp_path, max_steps=3, max_train_minutes=0, save_steps=100, max_tokens=200)
+    trainer.train()
+    assert trainer.state.global_step == 3  # a 0-minute budget would have stopped after the first step
+    with pytest.raises(ValueError, match=r"max_train_minutes must be >= 0 \(0: no time limit\), got -1"):
+        VaswaniTrainingArguments(output_dir=str(tmp_path), max_train_minutes=-1)
+
+
 def test_time_budget_stops_training_and_saves_a_checkpoint(checkpoint, tmp_path):
     trainer = make_trainer(
         checkpoint, tmp_path, max_steps=100_000, max_train_minutes=0.05, save_steps=100_000, max_tokens=200

@@ -14,7 +14,8 @@ Table 3 changes base (N 6, d_model 512, d_ff 2048, h 8, d_k = d_v = 64). Another
   "keeping the amount of computation constant"), and scaled where the line widens the model too (big: twice the
   heads at twice the width, so each head keeps d_k 64).
 - d_k and d_v that are d_model / h in the line (every line but (B)'s d_k) are d_model / h of the result.
-- P_drop, eps_ls (D) and the learned positions (E) are taken as written; eps_ls goes to the training arguments.
+- P_drop, eps_ls (D) and the learned positions (E) are taken as written, and P_drop is base's 0.1 in every other line
+  (whatever the preset's own); eps_ls goes to the training arguments.
 With --preset base every line is exactly Table 3's (tests/test_ablate.py). Table 3's train steps (big: 300K) are not
 taken: every line gets the run's one budget (--max_steps, --max_train_minutes), so that the lines compare.
 """
@@ -143,9 +144,12 @@ def line_config(line: Line, preset: str, tokenizer=None, **overrides) -> Vaswani
         apart = getattr(paper, name) != paper.d_model // paper.num_heads
         sizes = (getattr(start, name), getattr(paper, name), getattr(base, name))
         changes[name] = _scaled(line, name, *sizes) if apart else None
-    for name in ("dropout", "position_embedding_type"):
-        if getattr(paper, name) != getattr(base, name):
-            changes[name] = getattr(paper, name)
+    if paper.position_embedding_type != base.position_embedding_type:
+        changes["position_embedding_type"] = paper.position_embedding_type
+    # P_drop is a column of Table 3: every line takes the paper's (base's 0.1, or (D)'s), not the preset's own (the
+    # small preset trains without dropout, see training.PRESETS); --dropout replaces base's value.
+    if paper.dropout != base.dropout or "dropout" not in overrides:
+        changes["dropout"] = paper.dropout
     try:
         return preset_config(preset, tokenizer, **{**overrides, **changes})
     except ValueError as error:
@@ -292,7 +296,7 @@ def describe_run(model_args, data_args, training_args, sizes: dict, alpha: float
     """What ablation.md's table measured; `sizes`: train_pairs, dev_pairs, vocabulary."""
     data = data_args.dataset_name or data_args.train_file or data_args.train_source_file or "Multi30k (shipped)"
     budget = [f"at most {training_args.max_steps:,} steps"] if training_args.max_steps > 0 else []
-    if training_args.max_train_minutes is not None:
+    if training_args.max_train_minutes:
         budget.append(f"{training_args.max_train_minutes:g} minutes of training")
     return (
         f"Table 3's lines as changes to the {model_args.preset} preset, trained on {data} "

@@ -44,7 +44,8 @@ from transformers import PreTrainedTokenizerFast
 
 from ..configuration_vaswani import VaswaniConfig
 from ..modeling_vaswani import VaswaniForConditionalGeneration
-from .convert_marian import ConversionError, check_output_dir
+from .convert_marian import ConversionError
+from .folders import check_new_folder
 
 FAIRSEQ_LAYER_NORM_EPS = 1e-5  # fairseq's LayerNorm: torch.nn.LayerNorm's default epsilon
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary: bos 0, pad 1, eos 2, unk 3, then dict.txt
@@ -462,7 +463,7 @@ def convert_fairseq_checkpoint(
 ) -> VaswaniForConditionalGeneration:
     """Loads, converts and saves (model and tokenizer) into `output_dir`, new or empty. Returns the model."""
     output_dir = Path(output_dir)
-    check_output_dir(output_dir)
+    check_new_folder(output_dir, ConversionError)
     model, tokenizer = convert_fairseq(
         load_checkpoint(checkpoint_path), read_dictionary(dictionary_path), read_codes(codes_path)
     )

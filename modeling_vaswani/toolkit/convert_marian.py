@@ -24,6 +24,7 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianMTMo
 
 from ..configuration_vaswani import VaswaniConfig
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
+from .folders import check_new_folder
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # MarianMT's nn.LayerNorm(d_model) keeps torch's default epsilon
 
@@ -237,18 +238,12 @@ def load_marian(name_or_path: str, revision: str | None = None) -> tuple[MarianM
     return model.eval(), AutoTokenizer.from_pretrained(name_or_path, revision=revision)
 
 
-def check_output_dir(output_dir: Path) -> None:
-    """Refuses an output folder that exists and is not empty: a conversion writes a whole checkpoint, nothing else."""
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise ConversionError(f"output folder {output_dir} exists and is not an empty folder; expected a new one")
-
-
 def convert_marian_checkpoint(
     name_or_path: str, output_dir: str | Path, revision: str | None = None
 ) -> VaswaniForConditionalGeneration:
     """`load_marian`, `convert_marian`, then the model and the tokenizer saved into `output_dir` (new or empty).
     Returns the converted model."""
-    check_output_dir(Path(output_dir))
+    check_new_folder(Path(output_dir), ConversionError)
     model, tokenizer = load_marian(name_or_path, revision)
     converted = convert_marian(model, tokenizer)
     converted.save_pretrained(output_dir)

@@ -47,6 +47,7 @@ from transformers import GenerationConfig
 
 from ..generation_vaswani import gnmt_length_penalty
 from ..modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
+from .folders import check_new_folder
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "float16", "bfloat16")
 EXPORT_FILE = "vaswani_ctranslate2.json"  # what the translating side needs beyond CTranslate2's own config.json
@@ -196,11 +197,6 @@ def set_norm(spec, sublayer) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def check_output_dir(output_dir: Path) -> None:
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise ExportError(f"output folder {output_dir} exists and is not an empty folder; expected a new one")
-
-
 def export_ctranslate2(
     name_or_path: str, output_dir: str | Path, quantization: str = "float32", revision: str | None = None
 ) -> Path:
@@ -212,7 +208,7 @@ def export_ctranslate2(
     output_dir = Path(output_dir)
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization {quantization!r} is unknown; expected one of {', '.join(QUANTIZATIONS)}")
-    check_output_dir(output_dir)
+    check_new_folder(output_dir, ExportError)
     model, tokenizer = load_model_and_tokenizer(name_or_path, revision=revision)
     if not isinstance(model, VaswaniForConditionalGeneration):
         raise ExportError(f"{name_or_path} holds a {type(model).__name__}; expected a Vaswani checkpoint")
