@@ -110,7 +110,7 @@ def test_the_card_has_the_checkpoints_numbers_and_valid_metadata(checkpoint):
         "| d_ff | 64 | 2048 |",
         "| h (heads) | 4 | 8 |",
         "| d_k, d_v | 8, 8 | 64, 64 |",
-        "| P_drop | 0.1 | 0.1 |",
+        "| P_drop | 0.0 | 0.1 |",  # the tiny checkpoint is the small preset's, which trains without dropout
         "| shared BPE vocabulary | 400 | about 37000 |",
         f"| parameters | {validate_checkpoint(checkpoint).parameters:,} | 65M |",
         "| tokenized, compound split (the paper's measure) | 27.32 | 27.3 |",
