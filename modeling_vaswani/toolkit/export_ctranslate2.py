@@ -318,8 +318,8 @@ class CTranslate2Model:
         folder's alpha. Where ours differs: it decodes on until no live beam can still beat the finished ones, which
         CTranslate2 cannot express, so on rare sentences ours may find a better hypothesis that finishes later.
         Without `paper_decoding`: CTranslate2's own ranking, |Y|^alpha, and `max_new_tokens` or the folder's
-        max_length, as generate() takes them. Decoding also stops at the end of the position table (generate() would
-        fail there for learned positions).
+        max_length, as generate() takes them. Decoding also stops at the end of the position table (as generate()
+        does for learned positions).
         """
         if attention_mask is None:
             attention_mask = input_ids.ne(self.pad_token_id)
