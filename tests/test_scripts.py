@@ -124,7 +124,11 @@ def test_resume_after_sigkill_loses_only_the_steps_since_the_last_checkpoint(che
     for folder in complete:  # whatever moment the kill hit, no checkpoint folder is half-written
         assert (folder / "trainer_state.json").exists() and (folder / "model.safetensors").exists()
 
+    # As a kill between a checkpoint's rename and its staging folder's removal leaves it: the resumed run, which
+    # never saves that step again, still removes it.
+    (killed_dir / f".tmp-{complete[-1].name}").mkdir(exist_ok=True)
     script("train.py", "--output_dir", killed_dir, "--resume_from_checkpoint", complete[-1], *flags, cwd=tmp_path)
+    assert not [path.name for path in killed_dir.iterdir() if path.name.startswith(".")]
     straight = load_file(tmp_path / "straight" / "model.safetensors")
     resumed = load_file(killed_dir / "model.safetensors")
     difference = max((straight[k] - resumed[k]).abs().max().item() for k in straight)

@@ -316,8 +316,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         run_dir = Path(super()._get_output_dir(trial))
         name = f"checkpoint-{self.state.global_step}"
         staging = run_dir / f".tmp-{name}"
-        if self.args.should_save and staging.exists():
-            shutil.rmtree(staging)  # left by a run killed while saving
+        if self.args.should_save:  # left by a run killed while saving, before or after its rename
+            for stale in run_dir.glob(".tmp-checkpoint-*"):
+                shutil.rmtree(stale)
         self.accelerator.wait_for_everyone()
         self._staging_dir = str(staging)
         try:
