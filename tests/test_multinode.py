@@ -31,8 +31,19 @@ def checkpoint(tmp_path_factory):
     return dropout_free_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
-def compare(kind: str, two: Path, one: Path, steps: int = 4) -> None:
-    """The model that train.py saved (machine 0's OUTPUT_DIR) and its results.json, against the one-node run's."""
+def launch_two_nodes(tmp_path: Path, name: str, node_command) -> tuple[list[Path], list[str]]:
+    """Starts `node_command(rank, port, output_dir)` for node ranks 0 and 1 side by side, each with its own folder."""
+    port = free_port()
+    folders = [tmp_path / f"{name}{rank}" for rank in range(2)]
+    return folders, launch([node_command(rank, port, folders[rank]) for rank in range(2)], tmp_path)
+
+
+def compare(kind: str, folders: list[Path], outputs: list[str], one: Path, steps: int = 4) -> None:
+    """What the two nodes saved and printed, against the one-node run's model and results.json. Node 0 holds the
+    global main process: it saves the model and scores the test split; node 1 saves nothing."""
+    assert "sacreBLEU" in outputs[0] and "sacreBLEU" not in outputs[1]
+    assert not (folders[1] / "model.safetensors").exists()
+    two = folders[0]
     two_weights, one_weights = load_file(two / "model.safetensors"), load_file(one / "model.safetensors")
     difference = max_difference(two_weights, one_weights)
     two_results = json.loads((two / "results.json").read_text())
@@ -53,27 +64,14 @@ def test_torchrun_two_nodes_match_one_node(checkpoint, tmp_path):
     one = tmp_path / "one"
     launch([[*TORCHRUN, "--standalone", "--nproc_per_node", "2", TRAIN, *train_flags(checkpoint, one)]], tmp_path)
 
-    port = free_port()
-    nodes = [tmp_path / f"node{rank}" for rank in range(2)]
-    outputs = launch(
-        [
-            [
-                *TORCHRUN,
-                *("--nnodes", "2", "--node_rank", str(rank)),
-                *("--master_addr", "127.0.0.1", "--master_port", str(port)),
-                *("--nproc_per_node", "1"),
-                TRAIN,
-                *train_flags(checkpoint, nodes[rank]),
-            ]
-            for rank in range(2)
-        ],
-        tmp_path,
-    )
+    def node(rank: int, port: int, output_dir: Path) -> list:
+        return [
+            *TORCHRUN,
+            *("--nnodes", "2", "--node_rank", str(rank), "--master_addr", "127.0.0.1", "--master_port", str(port)),
+            *("--nproc_per_node", "1", TRAIN, *train_flags(checkpoint, output_dir)),
+        ]
 
-    # Node 0 holds the global main process: it saves the model and scores the test split; node 1 saves nothing.
-    assert "sacreBLEU" in outputs[0] and "sacreBLEU" not in outputs[1]
-    assert not (nodes[1] / "model.safetensors").exists()
-    compare("torchrun", nodes[0], one)
+    compare("torchrun", *launch_two_nodes(tmp_path, "node", node), one)
 
 
 def test_accelerate_launch_two_machines_match_one_machine(checkpoint, tmp_path):
@@ -85,26 +83,14 @@ def test_accelerate_launch_two_machines_match_one_machine(checkpoint, tmp_path):
     config = [*ACCELERATE, "--config_file", str(DDP_CONFIG), "--mixed_precision", "no"]
     one = tmp_path / "one"
     single = [*config, *("--num_processes", "2", "--main_process_port", "0"), TRAIN, *train_flags(checkpoint, one)]
-    single_output = launch([single], tmp_path)[0]
+    assert "sacreBLEU" in launch([single], tmp_path)[0]
 
-    port = free_port()
-    machines = [tmp_path / f"machine{rank}" for rank in range(2)]
-    outputs = launch(
-        [
-            [
-                *config,
-                *("--num_machines", "2", "--machine_rank", str(rank)),
-                *("--main_process_ip", "127.0.0.1", "--main_process_port", str(port)),
-                *("--num_processes", "2"),
-                TRAIN,
-                *train_flags(checkpoint, machines[rank]),
-            ]
-            for rank in range(2)
-        ],
-        tmp_path,
-    )
+    def machine(rank: int, port: int, output_dir: Path) -> list:
+        return [
+            *config,
+            *("--num_machines", "2", "--machine_rank", str(rank)),
+            *("--main_process_ip", "127.0.0.1", "--main_process_port", str(port)),
+            *("--num_processes", "2", TRAIN, *train_flags(checkpoint, output_dir)),
+        ]
 
-    # Machine 0 holds the global main process: it saves the model and scores the test split; machine 1 saves nothing.
-    assert "sacreBLEU" in outputs[0] and "sacreBLEU" not in outputs[1] and "sacreBLEU" in single_output
-    assert not (machines[1] / "model.safetensors").exists()
-    compare("accelerate launch", machines[0], one)
+    compare("accelerate launch", *launch_two_nodes(tmp_path, "machine", machine), one)
