@@ -80,6 +80,10 @@ class VaswaniConfig(PreTrainedConfig):
             Not in the paper (Section 3.4 shares the matrix and adds nothing); MarianMT checkpoints have one
             (`final_logits_bias`), which their exact conversion needs (toolkit/convert_marian.py).
         layer_norm_eps: LayerNorm epsilon; the paper gives none, 1e-6 is tensor2tensor's.
+        init_std: the paper gives no initialization. None (the default) is tensor2tensor's: embeddings
+            N(0, d_model^-0.5), linear weights Xavier-uniform. A number draws every embedding and linear weight from
+            N(0, init_std) instead, as BERT, BART and MarianMT do with 0.02 (the small preset's choice: it learns
+            faster in a short run, see toolkit/training.py).
         position_embedding_type: "sinusoidal", the fixed encodings of Section 3.5, or "learned", a trained table per
             stack (Table 3 row E; Section 3.5 reports nearly identical results).
         max_position_embeddings: rows of the precomputed sinusoid table (longer inputs are encoded on the fly), or of
@@ -112,6 +116,7 @@ class VaswaniConfig(PreTrainedConfig):
     attention_bias: bool = False
     final_logits_bias: bool = False
     layer_norm_eps: float = 1e-6
+    init_std: float | None = None
     position_embedding_type: str = "sinusoidal"
     max_position_embeddings: int = 1024
     # fairseq's order. Not pad 0: transformers' beam search takes a pad id of 0 for "none" and pads with eos.
@@ -229,6 +234,10 @@ class VaswaniConfig(PreTrainedConfig):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        if self.init_std is not None and (
+            not isinstance(self.init_std, (int, float)) or isinstance(self.init_std, bool) or not self.init_std > 0
+        ):
+            raise ValueError(f"init_std must be a positive number or None (tensor2tensor init), got {self.init_std!r}")
         if self.activation_function not in ACT2FN:
             raise ValueError(
                 f"activation_function {self.activation_function!r} is unknown; expected one of {sorted(ACT2FN)}"

@@ -318,15 +318,20 @@ class VaswaniPreTrainedModel(PreTrainedModel):
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
-        """The paper gives no initialization; this is tensor2tensor's and torch.nn.Transformer's.
+        """The paper gives no initialization; by default this is tensor2tensor's and torch.nn.Transformer's.
 
         Embeddings ~ N(0, d_model^-0.5), so that after the sqrt(d_model) scale of Section 3.4 they have unit variance
         (tensor2tensor); linear weights Xavier-uniform, biases zero (tensor2tensor and torch.nn.Transformer).
+        With `config.init_std` set, every embedding and linear weight is N(0, init_std) instead (BERT, BART, MarianMT).
         """
+        std = self.config.init_std
         if isinstance(module, nn.Embedding):
-            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5 if std is None else std)
         elif isinstance(module, nn.Linear):
-            init.xavier_uniform_(module.weight)
+            if std is None:
+                init.xavier_uniform_(module.weight)
+            else:
+                init.normal_(module.weight, mean=0.0, std=std)
             if module.bias is not None:
                 init.zeros_(module.bias)
         elif isinstance(module, nn.LayerNorm):

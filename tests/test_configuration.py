@@ -48,6 +48,8 @@ def test_standard_names_map_onto_the_papers():
         ({"d_v": 2.5}, ["d_v", "2.5"]),
         ({"d_model": 500, "d_v": 50}, ["d_model (500)", "num_heads (8)", "d_k is not given"]),
         ({"position_embedding_type": "rope"}, ["'rope'", "'sinusoidal'", "'learned'"]),
+        ({"init_std": 0.0}, ["init_std", "0.0", "positive number or None"]),
+        ({"init_std": "0.02"}, ["init_std", "'0.02'"]),
     ],
 )
 def test_invalid_values_are_refused_by_name(overrides, words):

@@ -249,3 +249,25 @@ def test_torch_compile_of_the_forward_pass():
         expected = model(**inputs).logits
         actual = compiled(**inputs).logits
     assert (actual - expected).abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("init_std", [None, 0.02])
+def test_initialization_is_tensor2tensors_or_a_fixed_normal(init_std):
+    """None: embeddings N(0, d_model^-0.5), Xavier-uniform linears (tensor2tensor); a number: N(0, init_std) for all"""
+    model = tiny_model(seed=6, d_model=64, d_ff=256, init_std=init_std)
+    embedding = model.get_input_embeddings().weight
+    assert embedding.std().item() == pytest.approx(64**-0.5 if init_std is None else init_std, rel=0.1)
+    linears = [module for module in model.modules() if isinstance(module, torch.nn.Linear)]
+    assert {tuple(linear.weight.shape) for linear in linears} >= {(64, 64), (256, 64), (64, 256)}
+    for linear in linears:
+        if linear.weight is embedding:
+            continue  # the pre-softmax linear is the shared embedding (Section 3.4)
+        fan_out, fan_in = linear.weight.shape
+        if init_std is None:  # U(-a, a) with a = sqrt(6 / (fan_in + fan_out)): std a / sqrt(3)
+            bound = (6 / (fan_in + fan_out)) ** 0.5
+            assert linear.weight.abs().max().item() <= bound
+            assert linear.weight.std().item() == pytest.approx(bound / 3**0.5, rel=0.1)
+        else:
+            assert linear.weight.std().item() == pytest.approx(init_std, rel=0.1)
+        if linear.bias is not None:
+            assert linear.bias.abs().sum() == 0
