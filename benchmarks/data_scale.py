@@ -34,7 +34,7 @@ MAX_LENGTH = 256  # tokens a side, kept by the length filter (the synthetic pair
 
 
 def multi30k_pairs() -> list[tuple[str, str]]:
-    from modeling_vaswani.toolkit.data import MULTI30K_DIR
+    from modeling_vaswani.toolkit.data.corpora import MULTI30K_DIR
 
     sides = []
     for language in LANGUAGES:
@@ -104,10 +104,11 @@ def run_stages(
     corpus: Path, form: str, vocab_size: int, steps: int, max_tokens: int, model: str, num_proc: int | None
 ) -> dict:
     """The job's preparation and first steps, stage by stage, in this process. Returns seconds and peak MiB each."""
-    from modeling_vaswani.toolkit.batching import TokenBudgetBatchSampler
-    from modeling_vaswani.toolkit.data import filter_by_length, tokenize_pairs
-    from modeling_vaswani.toolkit.recipe import DataArguments, ModelArguments, load_data, prepare_tokenizer
-    from modeling_vaswani.toolkit.training import VaswaniTrainer, VaswaniTrainingArguments, preset_config
+    from modeling_vaswani.toolkit.data.batching import TokenBudgetBatchSampler
+    from modeling_vaswani.toolkit.data.corpora import filter_by_length, tokenize_pairs
+    from modeling_vaswani.toolkit.training.presets import preset_config
+    from modeling_vaswani.toolkit.training.recipe import DataArguments, ModelArguments, load_data, prepare_tokenizer
+    from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
     results, state = {}, {}
 

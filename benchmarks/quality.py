@@ -44,9 +44,10 @@ from transformers import (
     TrainerCallback,
 )
 
-from modeling_vaswani.toolkit.averaging import find_checkpoints
-from modeling_vaswani.toolkit.data import multi30k_files, read_sentences
-from modeling_vaswani.toolkit.translation import bleu, load_model_and_tokenizer, translate
+from modeling_vaswani.toolkit.checkpoints import find_checkpoints, load_model_and_tokenizer
+from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
+from modeling_vaswani.toolkit.evaluation.metrics import bleu
+from modeling_vaswani.toolkit.evaluation.translate import translate
 
 SETS = {"validation": "validation", "test2016": "test"}  # our names -> multi30k_files' split names
 # The baseline as issue 18 describes it: the small preset's shapes, fixed here so that a change to the preset does

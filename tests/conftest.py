@@ -1,5 +1,5 @@
 import pytest
-from hub_server import HubServer
+from helpers.hub_server import HubServer
 
 
 @pytest.fixture(scope="session")

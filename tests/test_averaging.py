@@ -1,18 +1,19 @@
 import json
-import runpy
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from helpers.training_setup import REPO
+from helpers.training_setup import command as run_command
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-from modeling_vaswani.toolkit import averaging
-from modeling_vaswani.toolkit.averaging import average_checkpoints, find_checkpoints
+from modeling_vaswani.toolkit.checkpoints import CheckpointError, find_checkpoints
+from modeling_vaswani.toolkit.cli import average as average_command
+from modeling_vaswani.toolkit.training import averaging
+from modeling_vaswani.toolkit.training.averaging import average_checkpoints
 
-REPOSITORY = Path(__file__).resolve().parents[1]
 MODEL_FILES = ["config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json", "modeling_x.py"]
 TRAINER_FILES = ["optimizer.pt", "scheduler.pt", "scaler.pt", "rng_state.pth", "rng_state_1.pth", "trainer_state.json"]
 TRAINER_FILES += ["training_args.bin", "pytorch_model.bin"]
@@ -153,7 +154,7 @@ def test_other_argument_errors(three_checkpoints, tmp_path):
     with pytest.raises(ValueError, match="is one of the checkpoints"):
         average_checkpoints(three_checkpoints, three_checkpoints[-1])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="neither model.safetensors nor model.safetensors.index.json"):
+    with pytest.raises(CheckpointError, match="has no weights: expected model.safetensors or model.safetensors.index"):
         average_checkpoints([tmp_path / "empty"], tmp_path / "out")
 
 
@@ -215,14 +216,14 @@ def test_existing_output_is_replaced_entirely(three_checkpoints, tmp_path):
 
 
 def run_script(*arguments):
-    command = [sys.executable, "scripts/average_checkpoints.py", *map(str, arguments)]
-    return subprocess.run(command, cwd=REPOSITORY, capture_output=True, text=True, timeout=120)
+    command = [*run_command("average"), *map(str, arguments)]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
 @pytest.fixture
 def script_main():
     """The script's `main`, run in this process: a subprocess costs seconds of imports, so only one test pays it."""
-    return runpy.run_path(str(REPOSITORY / "scripts" / "average_checkpoints.py"))["main"]
+    return average_command.main
 
 
 def test_cli_with_training_output_dir(three_checkpoints, tmp_path):

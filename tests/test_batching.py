@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from modeling_vaswani.toolkit.batching import TokenBudgetBatchSampler
+from modeling_vaswani.toolkit.data.batching import TokenBudgetBatchSampler
 
 
 def random_lengths(count, seed=0, longest=40):
@@ -153,7 +153,7 @@ def test_from_dataset_reads_lengths_from_columns_and_respects_selection():
 
 def test_lengths_and_cuts_read_in_chunks_give_the_same_batches(monkeypatch):
     """Corpora of millions are read and cut LENGTH_BATCH examples at a time: chunk edges must not move a batch."""
-    from modeling_vaswani.toolkit import batching
+    from modeling_vaswani.toolkit.data import batching
 
     dataset = tokenized_dataset().select(range(59, -1, -2))
     whole = list(TokenBudgetBatchSampler.from_dataset(dataset, max_tokens=30, shuffle=False))

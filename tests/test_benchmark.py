@@ -14,9 +14,9 @@ import sys
 import benchmarking
 import pytest
 import torch
-from tiny_models import EOS, padded_batch, tiny_model
+from helpers.tiny_models import EOS, padded_batch, tiny_model
+from helpers.training_setup import REPO
 from torch.utils.flop_counter import FlopCounterMode
-from training_setup import REPO
 
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.modeling_vaswani import sinusoids

@@ -4,11 +4,11 @@ translates."""
 
 import pytest
 import torch
+from helpers.training_setup import tiny_checkpoint, tokenized_slice
 from safetensors import safe_open
-from training_setup import tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from modeling_vaswani.toolkit.training import VaswaniTrainer, VaswaniTrainingArguments
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 STEPS = 40
 

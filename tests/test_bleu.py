@@ -14,8 +14,8 @@ import pytest
 import sacrebleu
 
 REPO = Path(__file__).resolve().parents[1]
-BLEU_DIR = REPO / "modeling_vaswani" / "toolkit" / "metrics" / "bleu"
-MULTI30K_TEST_DE = REPO / "modeling_vaswani" / "toolkit" / "corpora" / "multi30k" / "test_2016_flickr.de.gz"
+BLEU_DIR = REPO / "modeling_vaswani" / "toolkit" / "evaluation" / "bleu"
+MULTI30K_TEST_DE = REPO / "modeling_vaswani" / "toolkit" / "data" / "multi30k" / "test_2016_flickr.de.gz"
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ print(json.dumps({{"hub": hub, **bleu.compute(predictions=["Ein Hund rennt."], r
 
 
 def test_load_bleu_helper_uses_the_shipped_file(references):
-    from modeling_vaswani.toolkit.metrics import BLEU_PATH, load_bleu
+    from modeling_vaswani.toolkit.evaluation.metrics import BLEU_PATH, load_bleu
 
     assert BLEU_PATH == BLEU_DIR / "bleu.py"
     result = load_bleu().compute(predictions=references, references=references)

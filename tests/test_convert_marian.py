@@ -11,8 +11,8 @@ import textwrap
 import pytest
 import sentencepiece
 import torch
+from helpers.tiny_models import tiny_config
 from safetensors.torch import load_file, save_file
-from tiny_models import tiny_config
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -26,8 +26,9 @@ from transformers.models.marian.modeling_marian import MarianSinusoidalPositiona
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 from modeling_vaswani.modeling_vaswani import sinusoids
-from modeling_vaswani.toolkit.commands import convert
-from modeling_vaswani.toolkit.convert_marian import (
+from modeling_vaswani.toolkit.cli import convert
+from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
+from modeling_vaswani.toolkit.interop.marian import (
     ConversionError,
     check_marian_config,
     check_tokenizer,
@@ -35,7 +36,6 @@ from modeling_vaswani.toolkit.convert_marian import (
     convert_marian_checkpoint,
     halves_to_interleaved,
 )
-from modeling_vaswani.toolkit.data import multi30k_files, read_sentences
 
 SOURCES = ["A man in a blue shirt is riding a bike.", "Two dogs play in the snow.", "A girl sings."]
 TARGETS = ["Ein Mann in einem blauen Hemd fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen singt."]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation
 
-from modeling_vaswani.toolkit.data import (
+from modeling_vaswani.toolkit.data.corpora import (
     MULTI30K_DIR,
     load_hub_pairs,
     load_multi30k,
@@ -18,7 +18,7 @@ from modeling_vaswani.toolkit.data import (
     multi30k_files,
     tokenize_pairs,
 )
-from modeling_vaswani.toolkit.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = Features({"translation": Translation(languages=["de", "en"])})
@@ -51,7 +51,7 @@ def cache_dir(tmp_path):
 def test_multi30k_files_are_the_shipped_gz_files(split):
     files = multi30k_files(split)
     assert files == {
-        lang: REPO / "modeling_vaswani" / "toolkit" / "corpora" / "multi30k" / f"{STEMS[split]}.{lang}.gz"
+        lang: REPO / "modeling_vaswani" / "toolkit" / "data" / "multi30k" / f"{STEMS[split]}.{lang}.gz"
         for lang in ("en", "de")
     }
     assert [len(gz_lines(path)) for path in files.values()] == [COUNTS[split]] * 2
@@ -282,8 +282,8 @@ def test_tokenize_pairs_rejects_bad_tokenizer_and_max_length(tokenizer):
 PREPARE = """
 import json, logging, sys
 from pathlib import Path
-from modeling_vaswani.toolkit import recipe
-from modeling_vaswani.toolkit.data import tokenize_pairs
+from modeling_vaswani.toolkit.training import recipe
+from modeling_vaswani.toolkit.data.corpora import tokenize_pairs
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 source, target, output = sys.argv[1:]

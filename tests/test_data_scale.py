@@ -8,7 +8,7 @@ from itertools import islice
 import data_scale
 import pytest
 
-from modeling_vaswani.toolkit.recipe import DataArguments, load_data
+from modeling_vaswani.toolkit.training.recipe import DataArguments, load_data
 
 
 def test_synthetic_pairs_have_wmt_like_lengths():

@@ -1,4 +1,4 @@
-"""DeepSpeed ZeRO stage 2 with the shipped settings (scripts/accelerate/deepspeed_zero2.yaml), run for real on 2 CPU
+"""DeepSpeed ZeRO stage 2 with the shipped settings (configs/accelerate/deepspeed_zero2.yaml), run for real on 2 CPU
 processes (DeepSpeed's CPU accelerator), against DDP on the same batches: the same final weights.
 
 Only what a CPU needs differs from the shipped file: 2 processes instead of 8, `use_cpu`, no bf16 mixed precision
@@ -9,11 +9,19 @@ import importlib.util
 
 import pytest
 import yaml
-from launching import ACCELERATE, DDP_CONFIG, TRAIN, dropout_free_checkpoint, launch, max_difference, train_flags
+from helpers.launching import (
+    ACCELERATE,
+    DDP_CONFIG,
+    TRAIN,
+    dropout_free_checkpoint,
+    launch,
+    max_difference,
+    train_flags,
+)
+from helpers.training_setup import REPO, free_port
 from safetensors.torch import load_file
-from training_setup import REPO, free_port
 
-DEEPSPEED_CONFIG = REPO / "scripts" / "accelerate" / "deepspeed_zero2.yaml"
+DEEPSPEED_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero2.yaml"
 # ZeRO-2 partitions gradients and optimizer state and sums them in another order than DDP's all-reduce.
 TOLERANCE = 1e-5
 
@@ -38,7 +46,7 @@ def test_zero2_on_two_cpu_processes_matches_ddp(checkpoint, tmp_path):
     ddp_config, _ = cpu_copy(DDP_CONFIG, tmp_path)
     runs = {}
     for name, config in (("deepspeed", deepspeed_config), ("ddp", ddp_config)):
-        command = [*ACCELERATE, "--config_file", str(config), "--main_process_port", str(free_port()), TRAIN]
+        command = [*ACCELERATE, "--config_file", str(config), "--main_process_port", str(free_port()), *TRAIN]
         (output,) = launch([[*command, *train_flags(checkpoint, tmp_path / name)]], tmp_path)
         runs[name] = output
     assert runs["deepspeed"].count("DeepSpeed") >= 2, "DeepSpeed was not started in both processes"

@@ -11,11 +11,9 @@ from pathlib import Path
 import psutil  # comes with accelerate
 import pytest
 import torch
+from helpers.training_setup import REPO, TESTS, tiny_checkpoint
 from safetensors.torch import load_file
-from training_setup import REPO, tiny_checkpoint
 from transformers import AutoModelForSeq2SeqLM
-
-TESTS = Path(__file__).resolve().parent
 
 
 @pytest.fixture(scope="module")
@@ -25,6 +23,7 @@ def checkpoint(tmp_path_factory):
 
 def environment():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "OMP_NUM_THREADS": "1"}
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the vaswani-* commands
     env.pop("CUDA_VISIBLE_DEVICES", None)
     return env
 
@@ -50,8 +49,9 @@ def test_two_processes_match_one_with_accumulation_under_sgd(checkpoint, tmp_pat
     the tolerance, which shows the comparison can see a factor of 2."""
     two, one = tmp_path / "two", tmp_path / "one"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    run([*torchrun, str(TESTS / "ddp_train.py"), str(checkpoint), str(two), "1", "--learning_rates", "0.5"], tmp_path)
-    alone_command = [sys.executable, str(TESTS / "ddp_train.py"), str(checkpoint), str(one), "2"]
+    ddp_train = str(TESTS / "helpers" / "ddp_train.py")
+    run([*torchrun, ddp_train, str(checkpoint), str(two), "1", "--learning_rates", "0.5"], tmp_path)
+    alone_command = [sys.executable, ddp_train, str(checkpoint), str(one), "2"]
     run([*alone_command, "--learning_rates", "0.5", "1"], tmp_path)
 
     rank0 = torch.load(two / "weights-rank0-lr0.5.pt")
@@ -82,12 +82,12 @@ def test_two_processes_match_one_with_accumulation_under_sgd(checkpoint, tmp_pat
 
 
 def launch_training(output_dir: Path, flags: list, cwd: Path, **popen) -> subprocess.Popen:
-    """scripts/train.py as users run it on several devices: `accelerate launch --multi_gpu` (torchrun underneath),
+    """vaswani-train as users run it on several devices: `accelerate launch --multi_gpu` (torchrun underneath),
     here 2 CPU processes over gloo (--use_cpu). `accelerate launch --cpu --num_processes 2` would not do: without an
     MPI hostfile it starts one process."""
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
     launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0"]
-    command = [*launch, str(REPO / "scripts" / "train.py"), "--output_dir", str(output_dir), *map(str, flags)]
+    command = [*launch, "--no_python", "vaswani-train", "--output_dir", str(output_dir), *map(str, flags)]
     return subprocess.Popen(command, cwd=cwd, env=environment(), text=True, **popen)
 
 
@@ -116,7 +116,7 @@ def steps(folder: Path) -> list[int]:
 
 
 def test_killed_ddp_run_resumes_to_the_weights_of_an_uninterrupted_one_and_averages(checkpoint, tmp_path):
-    """2 ranks through accelerate launch + scripts/train.py, checkpoints every 6 steps, dropout on (each rank's RNG
+    """2 ranks through accelerate launch + vaswani-train, checkpoints every 6 steps, dropout on (each rank's RNG
     must be restored), a new epoch (a new data order) after the kill. The whole job is SIGKILLed once a
     checkpoint exists and resumed from its last complete checkpoint: the final weights and the averaged model are
     those of an uninterrupted run. At the end rank 0, and only rank 0, averages the last 2 checkpoints."""
@@ -195,7 +195,7 @@ def test_shipped_accelerate_configs_load(name):
 
     import modeling_vaswani.modeling_vaswani as modeling
 
-    config = load_config_from_file(str(REPO / "scripts" / "accelerate" / f"{name}.yaml"))
+    config = load_config_from_file(str(REPO / "configs" / "accelerate" / f"{name}.yaml"))
     expected = {"ddp": "MULTI_GPU", "fsdp": "FSDP", "deepspeed_zero2": "DEEPSPEED"}[name]
     assert config.distributed_type.value == expected and config.mixed_precision == "bf16"
     if name == "fsdp":

@@ -1,4 +1,5 @@
-"""The CTranslate2 export (toolkit/export_ctranslate2.py) against the PyTorch model, and the commands that run it.
+"""The CTranslate2 export (toolkit/interop/ctranslate2.py) and its runtime (toolkit/serving/ctranslate2.py) against the
+PyTorch model, and the commands that run it.
 
 Tiny random models compare at the token-id level (token names t4, t5, ... for a vocabulary without a tokenizer); the
 commands run on a tiny model with a BPE tokenizer trained on Multi30k (training_setup.tiny_checkpoint).
@@ -11,21 +12,17 @@ import sys
 
 import pytest
 import torch
-from tiny_models import EOS, padded_batch, tiny_model
-from training_setup import REPO, tiny_checkpoint
+from helpers.tiny_models import EOS, padded_batch, tiny_model
+from helpers.training_setup import command, tiny_checkpoint
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
-from modeling_vaswani.toolkit.commands import evaluate, export_ctranslate2, translate  # noqa: E402
-from modeling_vaswani.toolkit.export_ctranslate2 import (  # noqa: E402
-    EXPORT_FILE,
-    CTranslate2Model,
-    ExportError,
-    VaswaniConverter,
-    write_export,
-)
-from modeling_vaswani.toolkit.translation import input_token_limit, load_model_and_tokenizer  # noqa: E402
-from modeling_vaswani.toolkit.translation import translate as translate_sentences  # noqa: E402
+from modeling_vaswani.toolkit.cli import evaluate, export_ctranslate2, translate  # noqa: E402
+from modeling_vaswani.toolkit.evaluation.translate import input_token_limit  # noqa: E402
+from modeling_vaswani.toolkit.evaluation.translate import translate as translate_sentences  # noqa: E402
+from modeling_vaswani.toolkit.interop.ctranslate2 import ExportError, VaswaniConverter, write_export  # noqa: E402
+from modeling_vaswani.toolkit.serving.ctranslate2 import EXPORT_FILE, CTranslate2Model  # noqa: E402
+from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
 
 
 def names(vocab_size: int = 61) -> list[str]:
@@ -216,7 +213,7 @@ def export_folder(checkpoint, tmp_path_factory):
     """Exported by the script, as a user runs it; then the checkpoint is out of reach (moved)."""
     folder = tmp_path_factory.mktemp("export") / "ct2"
     result = subprocess.run(
-        [sys.executable, str(REPO / "scripts" / "export_ctranslate2.py"), str(checkpoint), str(folder)],
+        [*command("export_ctranslate2"), str(checkpoint), str(folder)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -232,9 +229,9 @@ SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl."]
 def test_the_exported_folder_translates_on_its_own(checkpoint, export_folder, tmp_path):
     moved = tmp_path / "moved"
     shutil.copytree(export_folder, moved)
-    engine, tokenizer = load_model_and_tokenizer(str(moved))
+    engine, tokenizer = load_translator(str(moved))
     assert isinstance(engine, CTranslate2Model)
-    model, checkpoint_tokenizer = load_model_and_tokenizer(str(checkpoint))
+    model, checkpoint_tokenizer = load_translator(str(checkpoint))
     assert tokenizer.get_vocab() == checkpoint_tokenizer.get_vocab()
     # One sentence a batch: each its own source + 50 limit, which an untrained model reaches.
     ours = translate_sentences(model, tokenizer, SENTENCES, batch_size=1, progress=False)

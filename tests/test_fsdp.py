@@ -1,8 +1,8 @@
-"""FSDP executed: the shipped scripts/accelerate/fsdp.yaml run on 2 CPU processes (gloo) through `accelerate launch`.
+"""FSDP executed: the shipped configs/accelerate/fsdp.yaml run on 2 CPU processes (gloo) through `accelerate launch`.
 
 A copy of the shipped configuration changes only what a CPU needs (num_processes 2, use_cpu true, mixed_precision
 no); everything FSDP-specific is kept: FSDP2, TRANSFORMER_BASED_WRAP of EncoderLayer/DecoderLayer,
-reshard_after_forward, FULL_STATE_DICT, cpu_ram_efficient_loading. The job is scripts/train.py's (the recipe), run by
+reshard_after_forward, FULL_STATE_DICT, cpu_ram_efficient_loading. The job is vaswani-train's (the recipe), run by
 fsdp_train.py, which also reports per rank what really ran.
 
 accelerate 1.15 does not run FSDP on CPU: its AcceleratorState turns FSDP on for accelerator devices only and, on CPU,
@@ -19,17 +19,16 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
+from helpers.training_setup import REPO, TESTS, free_port, tiny_checkpoint
 from safetensors.torch import load_file
-from training_setup import REPO, free_port, tiny_checkpoint
 
-from modeling_vaswani.toolkit.averaging import average_checkpoints, find_checkpoints
+from modeling_vaswani.toolkit.checkpoints import find_checkpoints
+from modeling_vaswani.toolkit.training.averaging import average_checkpoints
 
-TESTS = Path(__file__).resolve().parent
 TOLERANCE = 1e-5
 # SGD (no momentum): an update off by a factor, e.g. a gradient summed instead of averaged over the 2 ranks, shows.
 FLAGS = [
@@ -53,7 +52,7 @@ def checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def config_file(tmp_path_factory):
     """The shipped FSDP configuration with only what 2 CPU processes need changed."""
-    config = yaml.safe_load((REPO / "scripts" / "accelerate" / "fsdp.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs" / "accelerate" / "fsdp.yaml").read_text())
     assert config["distributed_type"] == "FSDP" and config["fsdp_config"]["fsdp_version"] == 2
     config.update(num_processes=2, use_cpu=True, mixed_precision="no")
     path = tmp_path_factory.mktemp("accelerate") / "fsdp_cpu.yaml"
@@ -65,7 +64,7 @@ def config_file(tmp_path_factory):
 def ddp_config_file(tmp_path_factory):
     """The shipped DDP configuration, the same changes. (`accelerate launch --cpu --num_processes 2` would start a
     single process: --cpu takes accelerate's simple launcher, which ignores num_processes.)"""
-    config = yaml.safe_load((REPO / "scripts" / "accelerate" / "ddp.yaml").read_text())
+    config = yaml.safe_load((REPO / "configs" / "accelerate" / "ddp.yaml").read_text())
     config.update(num_processes=2, use_cpu=True, mixed_precision="no")
     path = tmp_path_factory.mktemp("accelerate") / "ddp_cpu.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -81,7 +80,7 @@ def environment(force_fsdp: bool):
 
 def launch_command(config_file, output_dir, *extra):
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file)]
-    launch += ["--main_process_port", str(free_port()), str(TESTS / "fsdp_train.py")]
+    launch += ["--main_process_port", str(free_port()), str(TESTS / "helpers" / "fsdp_train.py")]
     return [*launch, "--output_dir", str(output_dir), *map(str, [*FLAGS, *extra])]
 
 

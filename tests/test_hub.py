@@ -1,6 +1,6 @@
 """Sharing on the Hub, end to end against the project's Hub server with the real clients in subprocesses.
 
-A tiny checkpoint is pushed with scripts/push_to_hub.py (and through the Trainer's --push_to_hub), then pulled where
+A tiny checkpoint is pushed with vaswani-push (and through the Trainer's --push_to_hub), then pulled where
 the package is not importable (the repository's remote code) and where it is; both must reproduce the local model's
 weights, generate() output and pipeline text exactly.
 """
@@ -14,14 +14,16 @@ import sys
 import time
 
 import pytest
-from hub_server import Repo, run_client
+from helpers.hub_server import Repo, run_client
+from helpers.training_setup import checkpoint_with_results
+from helpers.training_setup import command as command_of
 from safetensors.torch import load_file, save_file
-from training_setup import REPO, checkpoint_with_results
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 import modeling_vaswani  # noqa: F401  (registers the model and the pipeline in this process)
 from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
-from modeling_vaswani.toolkit.hub import render_model_card, validate_checkpoint
+from modeling_vaswani.toolkit.checkpoints import validate_checkpoint
+from modeling_vaswani.toolkit.hub.push import render_model_card
 
 REPO_ID = "user/vaswani-tiny"
 SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
@@ -76,7 +78,7 @@ def local_translations(folder) -> list:
 
 
 def script(name: str, *arguments, env):
-    command = [sys.executable, str(REPO / "scripts" / name), *map(str, arguments)]
+    command = [*command_of(name), *map(str, arguments)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
     return result
@@ -96,8 +98,8 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def pushed(checkpoint, env):
-    """The checkpoint pushed to REPO_ID's main with push_to_hub.py, as a private repository; the script's output."""
-    return script("push_to_hub.py", checkpoint, REPO_ID, "--private", env=env).stdout
+    """The checkpoint pushed to REPO_ID's main with vaswani-push, as a private repository; the script's output."""
+    return script("push", checkpoint, REPO_ID, "--private", env=env).stdout
 
 
 def test_push_then_pull_without_the_package(hub_server, checkpoint, pushed, env):
@@ -158,7 +160,7 @@ def shared_embedding_digest(folder) -> str:
 
 def test_branch_push_loads_by_branch_and_commit_with_the_package(hub_server, checkpoint, pushed, env, tmp_path):
     retrained = checkpoint_with_results(tmp_path / "retrained", seed=1)
-    script("push_to_hub.py", retrained, REPO_ID, "--revision", "dev", "--commit_message", "Retrained", env=env)
+    script("push", retrained, REPO_ID, "--revision", "dev", "--commit_message", "Retrained", env=env)
     main, dev = hub_server.head(REPO_ID), hub_server.head(REPO_ID, "dev")
     assert Repo(hub_server.root, "model", REPO_ID).commit(dev)["summary"] == "Retrained"
     revisions = [None, "main", "dev", dev, main[:10]]  # the default, branches, a commit id and a short one
@@ -181,7 +183,7 @@ KILLED_MID_UPLOAD = """
 import os, signal, socket, sys
 from urllib.parse import urlsplit
 import huggingface_hub.lfs
-from modeling_vaswani.toolkit.hub import push_checkpoint
+from modeling_vaswani.toolkit.hub.push import push_checkpoint
 
 def half_then_killed(operation, upload_url):
     with operation.as_file() as file:
@@ -225,7 +227,7 @@ def test_killed_push_keeps_the_last_commit_and_a_retry_uploads_only_the_changed_
     size = (changed / "model.safetensors").stat().st_size
     assert new_weights not in hub_server.lfs_uploads(REPO_ID) and not hub.has_lfs(new_weights, size)
 
-    script("push_to_hub.py", changed, REPO_ID, "--revision", "retry", env=env)
+    script("push", changed, REPO_ID, "--revision", "retry", env=env)
     assert hub_server.uploaded_paths(REPO_ID)[-1] == ["model.safetensors"]
     assert hub_server.lfs_uploads(REPO_ID)[-1] == new_weights
     tree = hub.commit(hub_server.head(REPO_ID, "retry"))["tree"]
@@ -259,7 +261,7 @@ def test_trainer_push_to_hub_loads_without_the_package(hub_server, checkpoint, e
     assert remote["generated"] == local_generate(output)
 
 
-# push_to_hub.py run on each folder in turn, in one process: its exit code and what it printed to stderr.
+# vaswani-push run on each folder in turn, in one process: its exit code and what it printed to stderr.
 REFUSED = """
 import contextlib, io, json, runpy, sys
 script, repo, folders = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
@@ -268,7 +270,7 @@ for folder in folders:
     sys.argv, stderr = [script, folder, repo], io.StringIO()
     with contextlib.redirect_stderr(stderr):
         try:
-            runpy.run_path(script, run_name="__main__")
+            runpy.run_module(script, run_name="__main__")
         except SystemExit as exit:
             outcomes.append([exit.code, stderr.getvalue().strip().splitlines()[-1]])
 print(json.dumps(outcomes))
@@ -300,10 +302,8 @@ def edit_config(folder, **values):
 def test_invalid_checkpoints_are_refused_before_any_request(hub_server, checkpoint, env, tmp_path):
     folders = broken_copies(checkpoint, tmp_path)
     requests = len(hub_server.request_log)
-    script_path = REPO / "scripts" / "push_to_hub.py"
-    outcomes = run_client(
-        REFUSED, env, script_path, "user/never-created", json.dumps([str(f) for f in folders.values()])
-    )
+    folder_list = json.dumps([str(f) for f in folders.values()])
+    outcomes = run_client(REFUSED, env, "modeling_vaswani.toolkit.cli.push", "user/never-created", folder_list)
     assert hub_server.request_log[requests:] == [], "nothing may reach the Hub before the folder is checked"
     for (message, folder), (code, error) in zip(folders.items(), outcomes, strict=True):
         assert code == 2 and message in error and str(folder) in error, error

@@ -11,7 +11,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from hub_server import HubServer, git_blob_id, run_client
+from helpers.hub_server import HubServer, git_blob_id, run_client
 
 OUTCOME = """
 import json

@@ -5,24 +5,23 @@ import shutil
 
 import pytest
 import yaml
+from helpers.training_setup import RESULTS, checkpoint_with_results
 from huggingface_hub import ModelCard, metadata_eval_result
-from training_setup import RESULTS, checkpoint_with_results
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_vaswani import VaswaniConfig
-from modeling_vaswani.toolkit.hub import (
+from modeling_vaswani.toolkit.checkpoints import CheckpointError, validate_checkpoint
+from modeling_vaswani.toolkit.hub.push import (
     AUTO_MAP,
     CUSTOM_PIPELINES,
     TEMPLATES,
-    CheckpointError,
     EvaluationSet,
     render_model_card,
     render_template,
     stage,
     template_for,
-    validate_checkpoint,
 )
-from modeling_vaswani.toolkit.recipe import DataArguments, describe_test_set
+from modeling_vaswani.toolkit.training.recipe import DataArguments, describe_test_set
 
 
 @pytest.fixture(scope="module")

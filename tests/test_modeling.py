@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from tiny_models import PAD, padded_batch, tiny_model
+from helpers.tiny_models import PAD, padded_batch, tiny_model
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
 from modeling_vaswani.modeling_vaswani import shift_tokens_right

@@ -1,9 +1,9 @@
 """Several machines, simulated on this host: two launchers started side by side, node (machine) rank 0 and 1, one CPU
 process each, meeting at a rendezvous on 127.0.0.1 and training over gloo, with the README's multi-node commands
 (`torchrun --nnodes 2 --node_rank R --master_addr HOST --master_port PORT ...` and `accelerate launch --config_file
-scripts/accelerate/ddp.yaml --num_machines 2 --machine_rank R --main_process_ip HOST --main_process_port PORT
---num_processes N scripts/train.py ...`), plus only what a CPU needs (`--mixed_precision no` for accelerate, over
-the shipped config's bf16, and train.py's `--use_cpu`). Each node writes to its own folder, as separate machines
+configs/accelerate/ddp.yaml --num_machines 2 --machine_rank R --main_process_ip HOST --main_process_port PORT
+--num_processes N --no_python vaswani-train ...`), plus only what a CPU needs (`--mixed_precision no` for accelerate,
+over the shipped config's bf16, and train.py's `--use_cpu`). Each node writes to its own folder, as separate machines
 would. The two-node job must end with the same weights as the same job run as two processes on one node (one process
 would take other batches: a match means two processes there as well)."""
 
@@ -11,19 +11,20 @@ import json
 from pathlib import Path
 
 import pytest
-from launching import (
+from helpers.launching import (
     ACCELERATE,
     DDP_CONFIG,
     TOLERANCE,
     TORCHRUN,
+    TORCHRUN_TRAIN,
     TRAIN,
     dropout_free_checkpoint,
     launch,
     max_difference,
     train_flags,
 )
+from helpers.training_setup import free_port
 from safetensors.torch import load_file
-from training_setup import free_port
 
 
 @pytest.fixture(scope="module")
@@ -58,31 +59,34 @@ def compare(kind: str, folders: list[Path], outputs: list[str], one: Path, steps
 
 
 def test_torchrun_two_nodes_match_one_node(checkpoint, tmp_path):
-    """README: `torchrun --nnodes 2 --node_rank R --master_addr HOST --master_port 29500 --nproc_per_node 8
-    scripts/train.py ...` (static rendezvous, as the README gives it), here one process a node, against
-    `torchrun --standalone --nproc_per_node 2`."""
+    """docs/training.md: `torchrun --nnodes 2 --node_rank R --master_addr HOST --master_port 29500 --nproc_per_node 8
+    --no-python vaswani-train ...` (static rendezvous), here one process a node, against `torchrun --standalone
+    --nproc_per_node 2`."""
     one = tmp_path / "one"
-    launch([[*TORCHRUN, "--standalone", "--nproc_per_node", "2", TRAIN, *train_flags(checkpoint, one)]], tmp_path)
+    launch(
+        [[*TORCHRUN, "--standalone", "--nproc_per_node", "2", *TORCHRUN_TRAIN, *train_flags(checkpoint, one)]],
+        tmp_path,
+    )
 
     def node(rank: int, port: int, output_dir: Path) -> list:
         return [
             *TORCHRUN,
             *("--nnodes", "2", "--node_rank", str(rank), "--master_addr", "127.0.0.1", "--master_port", str(port)),
-            *("--nproc_per_node", "1", TRAIN, *train_flags(checkpoint, output_dir)),
+            *("--nproc_per_node", "1", *TORCHRUN_TRAIN, *train_flags(checkpoint, output_dir)),
         ]
 
     compare("torchrun", *launch_two_nodes(tmp_path, "node", node), one)
 
 
 def test_accelerate_launch_two_machines_match_one_machine(checkpoint, tmp_path):
-    """README: `accelerate launch --config_file scripts/accelerate/ddp.yaml --num_machines 2 --machine_rank R
-    --main_process_ip HOST --main_process_port 29500 --num_processes 16 scripts/train.py ...`, with the shipped
-    config, 2 processes in all (one a machine), on CPU: `--mixed_precision no` overrides the config's bf16 and the
-    script's `--use_cpu` puts the processes on the CPU over gloo. (Not the launcher's `--cpu`: that runs a single
+    """docs/training.md: `accelerate launch --config_file configs/accelerate/ddp.yaml --num_machines 2 --machine_rank R
+    --main_process_ip HOST --main_process_port 29500 --num_processes 16 --no_python vaswani-train ...`, with the
+    shipped config, 2 processes in all (one a machine), on CPU: `--mixed_precision no` overrides the config's bf16 and
+    the script's `--use_cpu` puts the processes on the CPU over gloo. (Not the launcher's `--cpu`: that runs a single
     process per machine, not num_processes / num_machines.)"""
     config = [*ACCELERATE, "--config_file", str(DDP_CONFIG), "--mixed_precision", "no"]
     one = tmp_path / "one"
-    single = [*config, *("--num_processes", "2", "--main_process_port", "0"), TRAIN, *train_flags(checkpoint, one)]
+    single = [*config, *("--num_processes", "2", "--main_process_port", "0"), *TRAIN, *train_flags(checkpoint, one)]
     assert "sacreBLEU" in launch([single], tmp_path)[0]
 
     def machine(rank: int, port: int, output_dir: Path) -> list:
@@ -90,7 +94,7 @@ def test_accelerate_launch_two_machines_match_one_machine(checkpoint, tmp_path):
             *config,
             *("--num_machines", "2", "--machine_rank", str(rank)),
             *("--main_process_ip", "127.0.0.1", "--main_process_port", str(port)),
-            *("--num_processes", "2", TRAIN, *train_flags(checkpoint, output_dir)),
+            *("--num_processes", "2", *TRAIN, *train_flags(checkpoint, output_dir)),
         ]
 
     compare("accelerate launch", *launch_two_nodes(tmp_path, "machine", machine), one)

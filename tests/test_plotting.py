@@ -7,14 +7,14 @@ import sys
 import matplotlib.image
 import pytest
 import torch
-from tiny_models import tiny_model
+from helpers.tiny_models import tiny_model
+from helpers.training_setup import REPO
 from tokenizers import Tokenizer, models, pre_tokenizers
-from training_setup import REPO
 from transformers import PreTrainedTokenizerFast
 
-from modeling_vaswani.toolkit import plotting
-from modeling_vaswani.toolkit.data import multi30k_files, read_sentences
-from modeling_vaswani.toolkit.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
+from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.evaluation import plotting
 
 SOURCE = "Ein Mann fährt Fahrrad."
 TRANSLATION = "A man rides a bike."

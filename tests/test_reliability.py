@@ -15,24 +15,25 @@ import sys
 import huggingface_hub
 import pytest
 import torch
+from helpers.tiny_models import PAD, padded_batch, tiny_model
+from helpers.training_setup import RESULTS, TINY, checkpoint_with_results, tiny_checkpoint
 from safetensors.torch import load_file, save_file
-from tiny_models import PAD, padded_batch, tiny_model
-from training_setup import RESULTS, TINY, checkpoint_with_results, tiny_checkpoint
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.toolkit.averaging import average_checkpoints
-from modeling_vaswani.toolkit.commands import average as average_command
-from modeling_vaswani.toolkit.commands import evaluate as evaluate_command
-from modeling_vaswani.toolkit.commands import plot_attention as plot_command
-from modeling_vaswani.toolkit.commands import push as push_command
-from modeling_vaswani.toolkit.commands import train_tokenizer as train_tokenizer_command
-from modeling_vaswani.toolkit.commands import translate as translate_command
-from modeling_vaswani.toolkit.data import multi30k_files, read_sentences
-from modeling_vaswani.toolkit.hub import CheckpointError, push_checkpoint
-from modeling_vaswani.toolkit.tokenizer import train_tokenizer
-from modeling_vaswani.toolkit.training import preset_config
-from modeling_vaswani.toolkit.translation import InputError, translate
+from modeling_vaswani.toolkit.checkpoints import CheckpointError
+from modeling_vaswani.toolkit.cli import average as average_command
+from modeling_vaswani.toolkit.cli import evaluate as evaluate_command
+from modeling_vaswani.toolkit.cli import plot_attention as plot_command
+from modeling_vaswani.toolkit.cli import push as push_command
+from modeling_vaswani.toolkit.cli import train_tokenizer as train_tokenizer_command
+from modeling_vaswani.toolkit.cli import translate as translate_command
+from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
+from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
+from modeling_vaswani.toolkit.hub.push import push_checkpoint
+from modeling_vaswani.toolkit.training.averaging import average_checkpoints
+from modeling_vaswani.toolkit.training.presets import preset_config
 
 # Decoding kept short: these tests are about what happens before and around it.
 FAST = ["--num_beams", "1", "--max_new_tokens", "4"]
@@ -604,7 +605,7 @@ def test_average_command_refuses_bad_values(run, tmp_path, capsys, argv, message
 
 @pytest.fixture
 def no_data_loading(monkeypatch):
-    from modeling_vaswani.toolkit import recipe
+    from modeling_vaswani.toolkit.training import recipe
 
     def load_data(*args, **kwargs):
         raise AssertionError("data was loaded before the bad argument was refused")
@@ -655,7 +656,7 @@ def test_resuming_another_model_size_names_the_differences(no_data_loading, tmp_
 
 
 def test_training_text_holding_nul_is_refused_with_file_and_line(tmp_path):
-    from modeling_vaswani.toolkit.data import load_text_pairs
+    from modeling_vaswani.toolkit.data.corpora import load_text_pairs
 
     source = tmp_path / "train.en"
     source.write_bytes(b"A man.\n" + "Two dogs.\n".encode("utf-16-le"))

@@ -8,9 +8,9 @@ import textwrap
 
 import pytest
 import torch
+from helpers.tiny_models import padded_batch, tiny_model
 from safetensors import safe_open
 from test_reference import paper_positional_encoding
-from tiny_models import padded_batch, tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
 
 from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniModel

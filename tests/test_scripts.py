@@ -1,19 +1,16 @@
-"""The command-line scripts end to end on the shipped data: train, resume after SIGKILL, translate, plot, score."""
+"""The vaswani-* commands end to end on the shipped data: train, resume after SIGKILL, translate, plot, score."""
 
 import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 import torch
+from helpers.training_setup import command, tiny_checkpoint
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-from training_setup import REPO, tiny_checkpoint
-
-SCRIPTS = REPO / "scripts"
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +21,7 @@ def checkpoint(tmp_path_factory):
 def script(name: str, *arguments, cwd, check=True, **kwargs):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run(
-        [sys.executable, str(SCRIPTS / name), *map(str, arguments)],
+        [*command(name), *map(str, arguments)],
         cwd=cwd,
         env=env,
         capture_output=True,
@@ -41,7 +38,7 @@ def test_main_job_end_to_end(tmp_path):
     """train.py as a user runs it (tokenizer trained here, small preset), then translate.py and plot_attention.py."""
     run = tmp_path / "run"
     trained = script(
-        "train.py",
+        "train",
         "--output_dir", run, "--max_steps", 30, "--warmup_steps", 10, "--save_steps", 10,
         "--average_last_checkpoints", 2, "--max_tokens", 600, "--max_train_samples", 2000, "--vocab_size", 600,
         "--max_eval_samples", 24, "--logging_steps", 5, "--eval_steps", 15, "--disable_tqdm", "true",
@@ -68,13 +65,13 @@ def test_main_job_end_to_end(tmp_path):
 
     sentences = "A man rides a bike.\nTwo dogs play in the snow.\nA girl in a red dress.\n"
     (tmp_path / "input.en").write_text(sentences)
-    script("translate.py", model_dir, "--input", tmp_path / "input.en", "--output", tmp_path / "out.de", cwd=tmp_path)
+    script("translate", model_dir, "--input", tmp_path / "input.en", "--output", tmp_path / "out.de", cwd=tmp_path)
     assert len((tmp_path / "out.de").read_text().splitlines()) == 3
-    piped = script("translate.py", model_dir, "--num_beams", 2, cwd=tmp_path, input=sentences)
+    piped = script("translate", model_dir, "--num_beams", 2, cwd=tmp_path, input=sentences)
     assert len(piped.stdout.splitlines()) == 3
 
     plotted = script(
-        "plot_attention.py", model_dir, "A man rides a bike.", "--layers", 0, "--heads", 0, 1,
+        "plot_attention", model_dir, "A man rides a bike.", "--layers", 0, "--heads", 0, 1,
         "--output_dir", tmp_path / "maps", cwd=tmp_path,
     )  # fmt: skip
     files = sorted(path.name for path in (tmp_path / "maps").glob("*.png"))
@@ -84,12 +81,12 @@ def test_main_job_end_to_end(tmp_path):
 
 def test_bad_input_is_refused_with_a_clear_message(tmp_path, checkpoint):
     (tmp_path / "input.en").write_text("A man.\n\nA dog.\n")
-    result = script("translate.py", checkpoint, "--input", tmp_path / "input.en", cwd=tmp_path, check=False)
+    result = script("translate", checkpoint, "--input", tmp_path / "input.en", cwd=tmp_path, check=False)
     assert result.returncode != 0 and "sentence 2 is empty" in result.stderr
     (tmp_path / "short.de").write_text("Ein Mann.\n")
     (tmp_path / "long.en").write_text("A man.\nA dog.\n")
     result = script(
-        "train.py", "--model_name_or_path", checkpoint, "--output_dir", tmp_path / "run",
+        "train", "--model_name_or_path", checkpoint, "--output_dir", tmp_path / "run",
         "--train_source_file", tmp_path / "long.en", "--train_target_file", tmp_path / "short.de",
         cwd=tmp_path, check=False,
     )  # fmt: skip
@@ -104,11 +101,11 @@ def test_resume_after_sigkill_loses_only_the_steps_since_the_last_checkpoint(che
         "--test_split", "none", "--validation_split", "none", "--report_to", "none", "--disable_tqdm", "true",
         "--seed", 3,
     ]  # fmt: skip
-    script("train.py", "--output_dir", tmp_path / "straight", *flags, cwd=tmp_path)
+    script("train", "--output_dir", tmp_path / "straight", *flags, cwd=tmp_path)
 
     killed_dir = tmp_path / "killed"
     process = subprocess.Popen(
-        [sys.executable, str(SCRIPTS / "train.py"), "--output_dir", str(killed_dir), *map(str, flags)],
+        [*command("train"), "--output_dir", str(killed_dir), *map(str, flags)],
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -127,7 +124,7 @@ def test_resume_after_sigkill_loses_only_the_steps_since_the_last_checkpoint(che
     # As a kill between a checkpoint's rename and its staging folder's removal leaves it: the resumed run, which
     # never saves that step again, still removes it.
     (killed_dir / f".tmp-{complete[-1].name}").mkdir(exist_ok=True)
-    script("train.py", "--output_dir", killed_dir, "--resume_from_checkpoint", complete[-1], *flags, cwd=tmp_path)
+    script("train", "--output_dir", killed_dir, "--resume_from_checkpoint", complete[-1], *flags, cwd=tmp_path)
     assert not [path.name for path in killed_dir.iterdir() if path.name.startswith(".")]
     straight = load_file(tmp_path / "straight" / "model.safetensors")
     resumed = load_file(killed_dir / "model.safetensors")

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from tiny_models import padded_batch, tiny_config, tiny_model
+from helpers.tiny_models import padded_batch, tiny_config, tiny_model
 from torch import nn
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration

@@ -1,19 +1,18 @@
 """Tests for the shared BPE tokenizer, trained for real on a slice of the shipped Multi30k data."""
 
 import gzip
-import runpy
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from helpers.training_setup import REPO
+from helpers.training_setup import command as run_command
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from modeling_vaswani import VaswaniConfig
-from modeling_vaswani.toolkit.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.cli import train_tokenizer as train_tokenizer_command
+from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 
-REPO = Path(__file__).resolve().parent.parent
-MULTI30K = REPO / "modeling_vaswani" / "toolkit" / "corpora" / "multi30k"
+MULTI30K = REPO / "modeling_vaswani" / "toolkit" / "data" / "multi30k"
 SLICE_LINES = 2000
 VOCAB_SIZE = 1000
 
@@ -113,7 +112,7 @@ def test_train_without_output_dir_returns_requested_vocab(slice_files):
 
 def test_cli_saves_a_loadable_tokenizer(slice_files, tmp_path):
     output_dir = tmp_path / "cli_tokenizer"
-    command = [sys.executable, str(REPO / "scripts" / "train_tokenizer.py"), "--files", *map(str, slice_files)]
+    command = [*run_command("train_tokenizer"), "--files", *map(str, slice_files)]
     command += ["--vocab_size", "500", "--output_dir", str(output_dir), "--min_frequency", "2"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -122,7 +121,7 @@ def test_cli_saves_a_loadable_tokenizer(slice_files, tmp_path):
 
 
 def test_cli_reports_bad_input_as_usage_error(tmp_path, capsys):
-    main = runpy.run_path(str(REPO / "scripts" / "train_tokenizer.py"))["main"]
+    main = train_tokenizer_command.main
     missing = tmp_path / "missing.en"
     with pytest.raises(SystemExit) as exit_info:
         main(["--files", str(missing), "--output_dir", str(tmp_path / "out")])
@@ -165,8 +164,8 @@ def test_blank_corpus_and_bad_bytes_are_rejected(tmp_path):
 def test_the_recipe_trains_from_the_dataset_as_from_the_files(slice_files, tokenizer, tmp_path):
     """The job streams the training split's sentences from Arrow, a batch at a time, instead of writing them to
     files: the vocabulary must come out exactly as from the same sentences in files (source file, then target)."""
-    from modeling_vaswani.toolkit.data import load_text_pairs
-    from modeling_vaswani.toolkit.recipe import ModelArguments, prepare_tokenizer, split_texts
+    from modeling_vaswani.toolkit.data.corpora import load_text_pairs
+    from modeling_vaswani.toolkit.training.recipe import ModelArguments, prepare_tokenizer, split_texts
 
     pairs = load_text_pairs(*slice_files, source_lang="en", target_lang="de")
     assert list(split_texts(pairs, "de", batch_size=7)) == gz_lines(slice_files[1])  # order kept across batches

@@ -4,12 +4,13 @@ import time
 
 import pytest
 import torch
-from training_setup import tiny_checkpoint, tokenized_slice
+from helpers.training_setup import tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 from transformers.trainer_utils import get_last_checkpoint
 
-from modeling_vaswani.toolkit.averaging import average_checkpoints
-from modeling_vaswani.toolkit.training import VaswaniTrainer, VaswaniTrainingArguments, preset_config
+from modeling_vaswani.toolkit.training.averaging import average_checkpoints
+from modeling_vaswani.toolkit.training.presets import preset_config
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +135,7 @@ def test_averaging_without_checkpoints_is_refused(tmp_path):
 
 
 def test_evaluation_translates_with_the_papers_decoding_and_scores_bleu(checkpoint, tmp_path):
-    from modeling_vaswani.toolkit.recipe import validation_bleu
+    from modeling_vaswani.toolkit.training.recipe import validation_bleu
 
     trainer = make_trainer(checkpoint, tmp_path, max_steps=1, per_device_eval_batch_size=4)
     tokenizer = trainer.processing_class

@@ -19,30 +19,21 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from hub_server import Repo
+import tomllib
+from helpers.hub_server import Repo
+from helpers.training_setup import REPO
 from huggingface_hub import ModelCard
 
-REPO = Path(__file__).resolve().parents[1]
-COMMANDS = {
-    "vaswani-train": "train",
-    "vaswani-train-tokenizer": "train_tokenizer",
-    "vaswani-translate": "translate",
-    "vaswani-evaluate": "evaluate",
-    "vaswani-average": "average",
-    "vaswani-plot-attention": "plot_attention",
-    "vaswani-push": "push",
-    "vaswani-ablate": "ablate",
-    "vaswani-convert": "convert",
-    "vaswani-export-ctranslate2": "export_ctranslate2",
-}
+# The commands, from their one home: pyproject.toml's [project.scripts].
+COMMANDS = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
 TOOLKIT = "modeling_vaswani/toolkit"
-MULTI30K = f"{TOOLKIT}/corpora/multi30k"
+MULTI30K = f"{TOOLKIT}/data/multi30k"
 PACKAGE_DATA = [
     *(f"{MULTI30K}/{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")),
     f"{MULTI30K}/README.md",
-    f"{TOOLKIT}/model_cards/vaswani-base.md",
-    f"{TOOLKIT}/model_cards/vaswani-big.md",
-    f"{TOOLKIT}/metrics/bleu/bleu.py",
+    f"{TOOLKIT}/hub/model_cards/vaswani-base.md",
+    f"{TOOLKIT}/hub/model_cards/vaswani-big.md",
+    f"{TOOLKIT}/evaluation/bleu/bleu.py",
 ]
 # Not copied for the build: what a fresh clone has not (outputs of builds, tools and runs; see .gitignore).
 NOT_SOURCES = shutil.ignore_patterns(
@@ -65,10 +56,12 @@ TRAIN_FLAGS = [
 # Run by the new environment's python: where the package and its data come from, and what sys.path holds.
 PROBE = """
 import importlib, json, pkgutil, sys
-import modeling_vaswani, modeling_vaswani.toolkit.commands as commands
+import modeling_vaswani, modeling_vaswani.toolkit.cli as commands
 for module in pkgutil.iter_modules(commands.__path__):
     importlib.import_module(f"{commands.__name__}.{module.name}")
-from modeling_vaswani.toolkit import data, hub, metrics
+from modeling_vaswani.toolkit.data import corpora as data
+from modeling_vaswani.toolkit.hub import push as hub
+from modeling_vaswani.toolkit.evaluation import metrics
 print(json.dumps({
     "package": modeling_vaswani.__file__,
     "modules": {name: getattr(module, "__file__", None) for name, module in sys.modules.items()
@@ -175,8 +168,12 @@ def test_the_wheel_holds_the_modules_the_package_data_and_the_commands(installed
         elif "=" in line and section == "console_scripts":
             name, target = (part.strip() for part in line.split("=", 1))
             scripts[name] = target
-    expected = {name: f"modeling_vaswani.toolkit.commands.{module}:main" for name, module in COMMANDS.items()}
-    assert scripts == expected, f"entry_points.txt:\n{entry_points}"
+    assert scripts == COMMANDS, f"entry_points.txt:\n{entry_points}"
+    # Every command module is installed as a command, and only those.
+    commands = {path.stem for path in (REPO / TOOLKIT / "cli").glob("*.py")} - {"__init__", "arguments"}
+    assert {target.removeprefix("modeling_vaswani.toolkit.cli.") for target in scripts.values()} == {
+        f"{module}:main" for module in commands
+    }
     for target in scripts.values():
         module = target.split(":")[0].replace(".", "/") + ".py"
         assert module in names, f"entry point {target}: {module} is not in the wheel"

@@ -1,7 +1,15 @@
-"""The training toolkit: Section 5 of the paper on transformers' Seq2SeqTrainer, and what surrounds a training run.
+"""The toolkit: what surrounds the model when people train, translate, convert and share it. Never imported by the
+model (the payload above it), and none of it travels with a checkpoint. Its rooms, from the bottom up:
 
-Data and the shared vocabulary (`data`, `tokenizer`), token-budget batches (`batching`), the Trainer (`training`),
-checkpoint averaging (`averaging`), the whole job (`recipe`), translation and BLEU (`translation`, `metrics`), pictures
-(`plotting`), Hub publishing (`hub`), and the console commands over them (`commands`). None of it travels with a
-checkpoint, and nothing here is imported by the model: import the module you use.
+- `checkpoints`: the one home of finding, validating, opening and loading a checkpoint folder;
+- `runtime`: process settings the commands and the Trainer apply for their own processes;
+- `data`: corpora, the shared BPE vocabulary, token-budget batches, and the shipped Multi30k;
+- `evaluation`: translating many sentences, BLEU, plots;
+- `training`: the Trainer with Section 5's recipe, presets, checkpoint averaging, the train and ablate jobs;
+- `serving`: running a CTranslate2 export, choosing an engine;
+- `interop`: Marian and fairseq checkpoints in, CTranslate2 out;
+- `hub`: the model card and the push;
+- `cli`: the `vaswani-*` commands, thin front ends that nothing imports.
+
+The import rules between them are contracts in pyproject.toml, checked by CI (docs/architecture.md).
 """

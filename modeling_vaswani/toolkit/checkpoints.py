@@ -1,0 +1,299 @@
+"""What a checkpoint folder is: the one home of finding, validating, opening and loading one.
+
+A checkpoint folder is what `save_pretrained` writes (config.json, safetensors weights: one file or a sharded index,
+a tokenizer), as the Trainer's `checkpoint-<step>` folders, the averaged model, a converted model and a pushed
+repository hold it. Everything in the toolkit that reads or writes such a folder goes through here, so that a damaged
+one is named the same way whichever command meets it.
+"""
+
+import json
+import math
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from safetensors import SafetensorError, safe_open
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
+
+from ..configuration_vaswani import VaswaniConfig
+from ..modeling_vaswani import VaswaniForConditionalGeneration
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint folder that cannot be used as it is: the message names the folder (or file) and what is wrong."""
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Finding
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def find_checkpoints(output_dir: str | Path, last: int | None = None) -> list[Path]:
+    """The Trainer's `checkpoint-<step>` folders in `output_dir`, by increasing step; only the last `last` if given."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        raise FileNotFoundError(f"training output directory {output_dir} does not exist")
+    if last is not None and last < 1:
+        raise ValueError(f"last must be >= 1, got {last}")
+    found = [path for path in output_dir.iterdir() if path.is_dir() and CHECKPOINT_PATTERN.fullmatch(path.name)]
+    # Numerically: lexically, checkpoint-10000 would come before checkpoint-9000.
+    found.sort(key=lambda path: int(CHECKPOINT_PATTERN.fullmatch(path.name).group(1)))
+    if last is None:
+        return found
+    if len(found) < last:
+        names = [path.name for path in found]
+        raise ValueError(f"asked for the last {last} checkpoints but {output_dir} has only {len(found)}: {names}")
+    return found[-last:]
+
+
+def local_folder(name: str) -> Path | None:
+    """The checkpoint folder `name` names, or None for a Hub id; a ValueError for a path that leads nowhere.
+
+    A name is taken for a Hub id only when it has the form of one and does not start with an existing folder: a typo
+    in "runs/small" (where runs/ exists) would otherwise cost a minute of retries against the Hub.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise ValueError(f"model {name} is a file; expected a checkpoint folder or a Hub id")
+    try:
+        validate_repo_id(name)
+        hub_id = not (len(path.parts) > 1 and Path(path.parts[0]).is_dir())
+    except HFValidationError:
+        hub_id = False
+    if not hub_id:
+        raise ValueError(f"model folder {name} does not exist; expected a checkpoint folder or a Hub id (user/model)")
+    return None
+
+
+def check_new_folder(output_dir: Path, error: type[Exception] = ValueError) -> None:
+    """Raises `error` for an `output_dir` that exists and is not an empty folder: a converter or exporter writes a new
+    one, so that its model is never mixed with other files."""
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise error(f"output folder {output_dir} exists and is not an empty folder; expected a new one")
+
+
+def is_ctranslate2_folder(folder: Path) -> bool:
+    """A CTranslate2 model folder (model.bin beside its config.json), as vaswani-export-ctranslate2 writes one."""
+    return (folder / "model.bin").is_file() and (folder / "config.json").is_file()
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Opening
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def open_weights(path: Path) -> Iterator:
+    """`safe_open(path)`, with an error naming the file when it is not whole (safetensors' own names none)."""
+    try:
+        handle = safe_open(path, framework="pt")
+    except SafetensorError as error:
+        raise CheckpointError(
+            f"{path} is not a readable safetensors file ({error}); expected complete weights as save_pretrained "
+            "writes them (truncated by a full disk or an interrupted copy?)"
+        ) from error
+    with handle as weights:
+        yield weights
+
+
+def read_json(path: Path) -> dict:
+    """A JSON object from `path`, or CheckpointError naming the file."""
+    try:
+        values = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as error:
+        raise CheckpointError(f"{path} is not valid JSON: {error}") from error
+    if not isinstance(values, dict):
+        raise CheckpointError(f"{path} holds a {type(values).__name__}; expected a JSON object")
+    return values
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """model.safetensors, or every shard named by model.safetensors.index.json, all checked to exist."""
+    if (folder / SAFE_WEIGHTS_NAME).is_file():
+        return [folder / SAFE_WEIGHTS_NAME]
+    index = folder / SAFE_WEIGHTS_INDEX_NAME
+    if not index.is_file():
+        raise CheckpointError(
+            f"{folder} has no weights: expected {SAFE_WEIGHTS_NAME} or {SAFE_WEIGHTS_INDEX_NAME} with its shards"
+        )
+    shards = sorted(set(index_weight_map(index).values()))
+    missing = [name for name in shards if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} lacks {len(missing)} of the {len(shards)} shards in {index.name}: {missing}")
+    return [folder / name for name in shards]
+
+
+def index_weight_map(index: Path) -> dict[str, str]:
+    """The tensor name -> shard file name map of a safetensors index."""
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(
+            f"{index} has no weight_map naming tensors and their shards; expected the index it writes"
+        )
+    return weight_map
+
+
+def weight_map(folder: Path) -> dict[str, Path]:
+    """Every tensor name of a checkpoint mapped to the safetensors file holding it, every file checked to open."""
+    files = weight_files(folder)
+    index = folder / SAFE_WEIGHTS_INDEX_NAME
+    if files != [folder / SAFE_WEIGHTS_NAME]:
+        for path in files:
+            with open_weights(path):
+                pass
+        return {key: folder / file for key, file in index_weight_map(index).items()}
+    with open_weights(files[0]) as weights:
+        return dict.fromkeys(weights.keys(), files[0])
+
+
+def stored_shapes(folder: Path) -> dict[str, tuple[tuple[int, ...], Path]]:
+    """Every stored tensor's shape and file, from the safetensors headers (no tensor is read)."""
+    shapes = {}
+    for path in weight_files(folder):
+        with open_weights(path) as weights:
+            shapes.update({name: (tuple(weights.get_slice(name).get_shape()), path) for name in weights.keys()})
+    return shapes
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Validating
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint folder that passed `validate_checkpoint`."""
+
+    folder: Path
+    config: VaswaniConfig
+    parameters: int
+
+
+def check_folder(folder: Path) -> None:
+    """The quick check before loading any seq2seq checkpoint (a Vaswani one, or a MarianMT one): a config, a
+    tokenizer and safetensors weights that open (named if they do not)."""
+    if not (folder / "config.json").is_file():
+        raise CheckpointError(
+            f"model folder {folder} has no config.json; expected a checkpoint written by save_pretrained"
+        )
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise CheckpointError(f"model folder {folder} has no tokenizer; expected {' or '.join(TOKENIZER_FILES)}")
+    for path in sorted(folder.glob("*.safetensors")):
+        with open_weights(path):
+            pass
+
+
+def validate_checkpoint(folder) -> Checkpoint:
+    """The Vaswani checkpoint in `folder`, or CheckpointError naming what is missing or does not fit: a Vaswani
+    config.json, safetensors weights holding every tensor of that model at its shape, a tokenizer that fits it.
+    Local files only; no tensor is read."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder; expected a checkpoint written by save_pretrained")
+    config = load_config(folder)
+    shapes = stored_shapes(folder)
+    check_tokenizer(folder, config)
+    check_shapes(folder, config, shapes)
+    # The tied embedding matrix is stored once and the sinusoid table not at all: this is the model's parameter count.
+    parameters = sum(math.prod(shape) for shape, _ in shapes.values())
+    return Checkpoint(folder, config, parameters)
+
+
+def load_config(folder: Path) -> VaswaniConfig:
+    """config.json of `folder`, which must be a Vaswani config."""
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(f"{folder} has no config.json; expected a checkpoint written by save_pretrained")
+    values = read_json(path)
+    if values.get("model_type") != VaswaniConfig.model_type:
+        raise CheckpointError(
+            f"{path} is not a Vaswani config: model_type is {values.get('model_type')!r}, "
+            f"expected {VaswaniConfig.model_type!r}"
+        )
+    try:
+        return VaswaniConfig.from_json_file(path)
+    except ValueError as error:
+        raise CheckpointError(f"{path}: {error}") from error
+
+
+def check_shapes(folder: Path, config: VaswaniConfig, shapes: dict[str, tuple[tuple[int, ...], Path]]) -> None:
+    """The weights must be those of the model config.json describes, every tensor at its shape: otherwise the folder
+    fails to load. The model is built on the meta device, which costs nothing."""
+    with torch.device("meta"):
+        expected = VaswaniForConditionalGeneration(config).state_dict(keep_vars=True)
+    described = (
+        f"config.json (vocab_size {config.vocab_size}, d_model {config.d_model}, d_ff {config.d_ff}, "
+        f"num_heads {config.num_heads}, d_k {config.d_k}, d_v {config.d_v}, "
+        f"{config.encoder_layers}+{config.decoder_layers} layers)"
+    )
+    for name, (shape, path) in shapes.items():
+        if name not in expected:
+            raise CheckpointError(f"{path}: tensor {name!r} {shape} is no tensor of the model {described} describes")
+        if tuple(expected[name].shape) != shape:
+            raise CheckpointError(
+                f"{path}: tensor {name!r} is {shape} but {described} implies {tuple(expected[name].shape)}"
+            )
+    # Tied tensors (the shared embedding under its four names) are stored under one name: any one stands for all.
+    names_of = {}
+    for name, tensor in expected.items():
+        names_of.setdefault(id(tensor), []).append(name)
+    missing = [names[0] for names in names_of.values() if not any(name in shapes for name in names)]
+    if missing:
+        raise CheckpointError(
+            f"{folder}: the weights lack {len(missing)} tensor(s) of the model {described} describes, "
+            f"such as {missing[:3]}; loading would initialize them at random"
+        )
+
+
+def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
+    """The tokenizer must load and match the model: one id per embedding row, the same padding and end ids."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise CheckpointError(f"{folder} has no tokenizer: expected {' or '.join(TOKENIZER_FILES)}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{folder}: the tokenizer does not load: {error}") from error
+    if len(tokenizer) != config.vocab_size:
+        raise CheckpointError(
+            f"{folder}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is {config.vocab_size}"
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        if getattr(tokenizer, name) != getattr(config, name):
+            raise CheckpointError(
+                f"{folder}: the tokenizer's {name} is {getattr(tokenizer, name)} but config.json's is "
+                f"{getattr(config, name)}"
+            )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remote_code: bool = False):
+    """The PyTorch model and tokenizer of a checkpoint folder or Hub id, after the checks of `local_folder` and
+    `check_folder` on a folder (a `revision` applies to Hub ids only). A CTranslate2 export is refused here: the
+    serving room runs those (`serving.engines.load_translator`)."""
+    folder = local_folder(name)
+    if folder is not None and revision is not None:
+        raise ValueError(f"--revision {revision} applies to Hub ids; {name} is a local folder")
+    if folder is not None and is_ctranslate2_folder(folder):
+        raise ValueError(
+            f"model folder {folder} holds a CTranslate2 export (model.bin); run it with --engine ctranslate2, or "
+            "give the checkpoint folder it was exported from"
+        )
+    if folder is not None:
+        check_folder(folder)
+        name = str(folder)  # "~" expanded
+    options = {"revision": revision, "trust_remote_code": trust_remote_code}
+    return AutoModelForSeq2SeqLM.from_pretrained(name, **options), AutoTokenizer.from_pretrained(name, **options)

@@ -1,0 +1,49 @@
+"""What the commands share: argparse types, and reading their input and checking their output path before any work
+starts (input read as training data is: split on "\n" only, UTF-8)."""
+
+import argparse
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..data.corpora import iter_stream_lines, iter_text_lines
+
+
+def positive_int(text: str) -> int:
+    """argparse type of the commands' counts (--batch_size, --num_beams, ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def read_input(path: str | Path | None) -> list[str]:
+    """The lines of the text file `path` (`.gz` allowed), or of standard input when None, split as training data is,
+    one sentence a line. Refuses an empty input (and, through the line reader, bytes that are not UTF-8 text)."""
+    name = "standard input" if path is None else str(path)
+    numbered = iter_stream_lines(sys.stdin.buffer, name) if path is None else iter_text_lines(path)
+    lines = [text for _, text in numbered]
+    if not lines:
+        raise ValueError(f"{name} is empty; expected one sentence per line")
+    return lines
+
+
+def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
+    """`path` if a file can be written there: its folder exists and it is no folder, nor one of `inputs`, which
+    writing it would destroy. Checked before any sentence is translated, so that no work is lost at the end."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--output {path} is a folder; expected the path of a file to write")
+    if not path.parent.is_dir():
+        raise ValueError(
+            f"--output {path}: the folder {path.parent} does not exist; expected a file in an existing folder"
+        )
+    for source in inputs:
+        if source is not None and path.resolve() == Path(source).resolve():
+            raise ValueError(
+                f"--output {path} is also an input; expected another file, since writing it would destroy that input"
+            )
+    return path

@@ -1,0 +1,82 @@
+"""Scores a checkpoint with BLEU: translates a source file with the paper's decoding and compares with references.
+
+    vaswani-evaluate runs/small/averaged                  # the shipped Multi30k test2016, En->De
+    vaswani-evaluate runs/en-fr/averaged --target_lang fr # the same test set, En->Fr
+    vaswani-evaluate MODEL --source newstest2014.en --reference newstest2014.de
+    vaswani-evaluate runs/small/ct2                       # a vaswani-export-ctranslate2 folder, run by CTranslate2
+
+Prints sacreBLEU with its signature (the number to report) and tokenized BLEU with compound splitting (the paper's
+way, for comparison with its table). Files are read as training data is (UTF-8, split on "\\n" only, no empty line);
+everything is checked before the first sentence is translated, --output and the sentences' lengths included.
+"""
+
+import argparse
+import json
+
+from ..data.corpora import MULTI30K_LANGUAGES, multi30k_files, read_sentences
+from ..evaluation.metrics import bleu
+from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
+from ..serving.engines import ENGINES, load_translator
+from .arguments import check_output_path, positive_int
+
+
+def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer), or an exported folder")
+    parser.add_argument(
+        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
+    )
+    parser.add_argument("--source", help="source sentences (default: Multi30k test2016 in --source_lang)")
+    parser.add_argument("--reference", help="reference translations (default: Multi30k test2016 in --target_lang)")
+    parser.add_argument("--source_lang", default="en", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
+    parser.add_argument("--target_lang", default="de", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
+    parser.add_argument("--batch_size", type=positive_int, default=64, help="sentences per batch")
+    parser.add_argument(
+        "--max_input_tokens",
+        type=positive_int,
+        help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
+    )
+    parser.add_argument("--output", help="also write the translations here")
+    arguments = parser.parse_args(argv)
+    if bool(arguments.source) != bool(arguments.reference):
+        parser.error("give --source and --reference together")
+    if arguments.source_lang == arguments.target_lang:
+        parser.error(f"--source_lang and --target_lang are both {arguments.source_lang!r}; expected two languages")
+    return parser, arguments
+
+
+def main(argv=None):
+    parser, arguments = parse_arguments(argv)
+    if arguments.source:
+        source, reference = arguments.source, arguments.reference
+    else:
+        test = multi30k_files("test", languages=(arguments.source_lang, arguments.target_lang))
+        source, reference = test[arguments.source_lang], test[arguments.target_lang]
+    try:
+        if arguments.output:
+            check_output_path(arguments.output, [source, reference])
+        sources, references = read_sentences(source), read_sentences(reference)
+        if len(sources) != len(references):
+            raise ValueError(
+                f"{source} has {len(sources)} sentences but {reference} has {len(references)}; "
+                "expected one reference per source sentence"
+            )
+        model, tokenizer = load_translator(arguments.model, engine=arguments.engine)
+        limit = input_token_limit(model, arguments.max_input_tokens)
+    except (ValueError, OSError, ImportError) as error:
+        parser.error(str(error))
+    try:
+        hypotheses = translate(model, tokenizer, sources, batch_size=arguments.batch_size, max_input_tokens=limit)
+    except InputError as error:
+        parser.error(f"{source}, one sentence a line: {error}")
+    if arguments.output:
+        with open(arguments.output, "w", encoding="utf-8") as handle:
+            write_lines(hypotheses, handle)
+    scores = bleu(hypotheses, references)
+    print(f"sacreBLEU {scores['sacrebleu']:.2f} ({scores['signature']})")
+    print(f"tokenized BLEU {scores['tokenized_bleu']:.2f} ({scores['tokenized_bleu_signature']})")
+    print(json.dumps(scores))
+
+
+if __name__ == "__main__":  # python -m modeling_vaswani.toolkit.cli.evaluate, as under accelerate launch -m
+    main()

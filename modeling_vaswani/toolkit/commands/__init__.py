@@ -1,2 +1,0 @@
-"""The console commands (`vaswani-train`, `vaswani-translate`, ...): argument parsing and printing over the toolkit's
-library functions, one module a command, each with `main(argv=None)`. setup.py names them; scripts/ wraps them."""

@@ -1,0 +1,1 @@
+"""Sharing a checkpoint on the Hugging Face Hub: its model card and the push."""

@@ -1,0 +1,273 @@
+"""Sharing a checkpoint on the Hugging Face Hub: validation, the model card, and the push (vaswani-push).
+
+A checkpoint folder is checked before anything is uploaded: a Vaswani config.json, safetensors weights (one file or
+a complete sharded index) that open and hold every tensor of the model config.json describes at its shape, and a
+tokenizer that fits the model. Its model card is rendered from model_cards/ with the checkpoint's real configuration
+and its measured results (results.json, written by vaswani-train); a template field without a value is an error, so
+no placeholder ever reaches the Hub. A checkpoint without results.json is refused unless the card is asked for
+without its evaluation section (`with_results=False`, `--no_results`).
+
+The push uploads a staging copy of the folder's top-level files (subfolders such as checkpoint-N stay local) with the
+card as README.md, the model's code and pipeline from this package, and config.json naming them (`auto_map`,
+`custom_pipelines`), so that the repository loads with `trust_remote_code=True` where the package is not installed.
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+
+from huggingface_hub import HfApi, ModelCard
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+from ...configuration_vaswani import VaswaniConfig
+from ...remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
+from ..checkpoints import Checkpoint, CheckpointError, read_json, validate_checkpoint
+
+TEMPLATES = Path(str(resources.files(__package__) / "model_cards"))  # package data
+RESULTS = "results.json"
+# The card's result fields and where results.json (as vaswani-train writes it) holds them.
+RESULT_FIELDS = {
+    "sacrebleu": ("test", "sacrebleu"),
+    "signature": ("test", "signature"),
+    "tokenized_bleu": ("test", "tokenized_bleu"),
+    "tokenized_bleu_signature": ("test", "tokenized_bleu_signature"),
+    "train_steps": ("train", "step"),
+}
+# Written into the staging folder from this package, replacing whatever the checkpoint holds.
+REPLACED = {"README.md", "config.json"}
+FIELD = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+# A block kept only when its condition holds: "{{#results}}" ... "{{/results}}", each marker on a line of its own.
+SECTION = re.compile(r"^\{\{#(\w+)\}\}\n(.*?)^\{\{/\1\}\}\n", re.MULTILINE | re.DOTALL)
+
+
+@dataclass(frozen=True)
+class EvaluationSet:
+    """Where the BLEU in results.json was measured: its `test_set` (vaswani-train writes it) unless given."""
+
+    dataset_id: str = "wmt14"
+    dataset_config: str = "de-en"
+    dataset_split: str = "test"
+    dataset_name: str = "WMT14 English-German, newstest2014"
+    source_lang: str = "en"
+    target_lang: str = "de"
+
+
+def load_results(folder: Path) -> dict | None:
+    """results.json as vaswani-train writes it, or None where there is none."""
+    path = folder / RESULTS
+    return read_json(path) if path.is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The model card
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def template_for(config: VaswaniConfig, name: str | None = None) -> Path:
+    """model_cards/vaswani-{base,big}.md by `name`, else a template file's path; by default the big template for a
+    big-like model (d_model >= 1024), else the base one."""
+    if name is None:
+        name = "big" if config.d_model >= 1024 else "base"
+    path = TEMPLATES / f"vaswani-{name}.md" if name in ("base", "big") else Path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"model card template {path} not found; expected base, big or a template file")
+    return path
+
+
+def render_template(template: str, values: dict, sections: dict[str, bool]) -> str:
+    """Fills `{{field}}`s, keeps or drops `{{#section}}` blocks. Every field needs a value, None is none; in the YAML
+    front matter values are written as JSON scalars, which YAML reads back as the same strings and numbers."""
+
+    def section(match):
+        if match[1] not in sections:
+            raise CheckpointError(f"the template has a section {match[1]!r}; known sections: {sorted(sections)}")
+        return match[2] if sections[match[1]] else ""
+
+    text = SECTION.sub(section, template)
+    missing = sorted({match[1] for match in FIELD.finditer(text)} - {k for k, v in values.items() if v is not None})
+    if missing:
+        raise CheckpointError(f"the template has fields without a value: {missing}")
+    if not text.startswith("---\n") or "\n---\n" not in text[4:]:
+        raise CheckpointError("a model card template starts with YAML metadata between two '---' lines")
+    end = text.index("\n---\n", 4) + 5
+    metadata = FIELD.sub(lambda match: json.dumps(values[match[1]]), text[:end])
+    card = metadata + FIELD.sub(lambda match: str(values[match[1]]), text[end:])
+    if "{{" in card:
+        raise CheckpointError(f"template syntax left in the card: {card[card.index('{{') :][:40]!r}")
+    return card
+
+
+def resolve_test_set(
+    checkpoint: Checkpoint, test_set: EvaluationSet | dict | None, with_results: bool
+) -> EvaluationSet:
+    """Where the card says the BLEU was measured: a complete `test_set` as given, else the set results.json records
+    with the fields of a `test_set` dict in place of its own. Without a recorded set, fields default to the paper's
+    test set, unless the card reports results and nothing at all names their test set: that is an error."""
+    if isinstance(test_set, EvaluationSet):
+        return test_set
+    fields = test_set or {}
+    recorded = (load_results(checkpoint.folder) or {}).get("test_set")
+    if isinstance(recorded, dict):
+        try:
+            base = EvaluationSet(**recorded)
+        except TypeError as error:
+            raise CheckpointError(
+                f"{checkpoint.folder / RESULTS}: test_set is not a test set's description: {error}"
+            ) from error
+    elif with_results and not fields:
+        raise CheckpointError(
+            f"{checkpoint.folder / RESULTS} does not say which test set its BLEU was measured on (no test_set); "
+            "name it with --dataset, --dataset_config, --dataset_split and --dataset_name"
+        )
+    else:
+        base = EvaluationSet()
+    return replace(base, **fields)
+
+
+def card_values(checkpoint: Checkpoint, repo_id: str, test_set: EvaluationSet) -> dict:
+    """The template's fields: the checkpoint's configuration, its size, where it was tested (and its results)."""
+    config = checkpoint.config
+    return {
+        "repo_id": repo_id,
+        "model_name": repo_id.rsplit("/", 1)[-1],
+        "encoder_layers": config.encoder_layers,
+        "decoder_layers": config.decoder_layers,
+        "d_model": config.d_model,
+        "d_ff": config.d_ff,
+        "num_heads": config.num_heads,
+        "d_k": config.d_k,
+        "d_v": config.d_v,
+        "dropout": config.dropout,
+        "vocab_size": config.vocab_size,
+        "parameters": f"{checkpoint.parameters:,}",
+        **vars(test_set),
+    }
+
+
+def result_values(checkpoint: Checkpoint) -> dict:
+    """The scores and the training steps from results.json; CheckpointError if it has not all of them."""
+    results = load_results(checkpoint.folder)
+    if results is None:
+        raise CheckpointError(
+            f"{checkpoint.folder} has no {RESULTS}, so the model card would have no BLEU to report; "
+            "train with vaswani-train (it writes one), or push a card without evaluation (--no_results)"
+        )
+    values = {}
+    for field, (part, key) in RESULT_FIELDS.items():
+        section = results.get(part)
+        values[field] = section.get(key) if isinstance(section, dict) else None
+    missing = [".".join(RESULT_FIELDS[field]) for field, value in values.items() if value is None]
+    if missing:
+        raise CheckpointError(
+            f"{checkpoint.folder / RESULTS} lacks {', '.join(missing)}; expected the results vaswani-train writes"
+        )
+    for field in ("sacrebleu", "tokenized_bleu"):
+        values[field] = round(float(values[field]), 2)
+    return values
+
+
+def render_model_card(
+    checkpoint: Checkpoint,
+    repo_id: str,
+    test_set: EvaluationSet | dict | None = None,
+    with_results: bool = True,
+    template: str | None = None,
+) -> str:
+    """The README.md for `repo_id`, checked by huggingface_hub's own card parser (metadata and model-index).
+
+    With `with_results` (the default) the card reports the BLEU of results.json, which must be there; without, the
+    card has no evaluation section and no model-index. `test_set` (an EvaluationSet, or a dict of the fields that
+    differ) defaults to the one results.json records.
+    """
+    values = result_values(checkpoint) if with_results else {}
+    values.update(card_values(checkpoint, repo_id, resolve_test_set(checkpoint, test_set, with_results)))
+    path = template_for(checkpoint.config, template)
+    try:
+        card = render_template(path.read_text(encoding="utf-8"), values, {"results": with_results})
+    except CheckpointError as error:
+        raise CheckpointError(f"model card template {path}: {error}") from error
+    check_card(card, with_results)
+    return card
+
+
+def check_card(card: str, with_results: bool) -> None:
+    """huggingface_hub's parser raises on malformed metadata or model-index; the evaluation must be there or not."""
+    try:
+        data = ModelCard(card).data
+    except ValueError as error:
+        raise CheckpointError(f"the rendered model card's metadata is invalid: {error}") from error
+    if bool(data.eval_results) != with_results:
+        expected = "a model-index with BLEU" if with_results else "no model-index"
+        raise CheckpointError(f"the rendered model card should have {expected}")
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# The push
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def stage(checkpoint: Checkpoint, card: str, staging: Path) -> None:
+    """The files to upload: the checkpoint's top-level files, the card, this package's code and a config naming it."""
+    code = payload_files()
+    replaced = REPLACED | {path.name for path in code}
+    for path in sorted(checkpoint.folder.iterdir()):
+        if path.is_file() and not path.name.startswith(".") and path.name not in replaced:
+            link_or_copy(path, staging / path.name)
+    for path in code:
+        shutil.copyfile(path, staging / path.name)
+    config = read_json(checkpoint.folder / "config.json")
+    config.update(auto_map=AUTO_MAP, custom_pipelines=CUSTOM_PIPELINES)
+    (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (staging / "README.md").write_text(card, encoding="utf-8")
+
+
+def link_or_copy(source: Path, target: Path) -> None:
+    # Weights can be gigabytes: a hard link stages them for free where the file system allows it.
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def push_checkpoint(
+    folder,
+    repo_id: str,
+    *,
+    private: bool = False,
+    revision: str | None = None,
+    commit_message: str | None = None,
+    with_results: bool = True,
+    template: str | None = None,
+    test_set: EvaluationSet | dict | None = None,
+) -> str:
+    """Validates `folder`, renders its card, and uploads it to `repo_id` (created if needed; `private` applies only
+    then) on `revision`, a branch created from main if it does not exist. Returns the repository's URL.
+
+    Everything that can be wrong with the folder is found before the first request to the Hub. Files that did not
+    change since the last push are not uploaded again (the client compares hashes with the Hub's).
+    """
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise CheckpointError(f"{repo_id!r} is not a Hub repository id ({error}); expected user/name") from error
+    checkpoint = validate_checkpoint(folder)
+    card = render_model_card(checkpoint, repo_id, test_set, with_results, template)
+    api = HfApi()
+    with tempfile.TemporaryDirectory(prefix="vaswani-push-") as staging:
+        stage(checkpoint, card, Path(staging))
+        # Not private: None leaves the visibility to the Hub's default for the account, as the Trainer does.
+        url = api.create_repo(repo_id, private=private or None, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
+        api.upload_folder(
+            repo_id=repo_id,
+            folder_path=staging,
+            revision=revision,
+            commit_message=commit_message or f"Upload {checkpoint.folder.name} with push_to_hub.py",
+        )
+    return str(url)

@@ -1,0 +1,251 @@
+"""MarianMT checkpoints (transformers' `MarianMTModel`, the OPUS-MT models) as Vaswani checkpoints, exactly.
+
+MarianMT is the network of Section 3: post-LN layers, sinusoids of the paper's frequencies counted from position 0,
+one embedding matrix shared by source, target and the pre-softmax linear, scaled by sqrt(d_model). It differs in
+the layout of the sinusoids, which Marian writes in halves, [sin of every frequency | cos of every frequency], where
+Section 3.5 interleaves them, PE(pos, 2i) = sin and PE(pos, 2i+1) = cos. Marian's residual stream is therefore ours
+with its d_model axis permuted: permuting that axis in every matrix that reads the stream (embeddings' columns,
+W^Q, W^K, W^V, FFN W1) or writes it (W^O, FFN W2, their biases, LayerNorm's weight and bias) gives a network that
+computes the same logits (LayerNorm and the element-wise sums commute with a permutation, and the tied pre-softmax
+linear sees the permuted embeddings on both sides of its product).
+
+What else differs is a departure from the paper, carried over as the configuration option made for it:
+`attention_bias` (Marian's projections have biases), `layer_norm_eps` 1e-5 (torch's default, which Marian keeps),
+`activation_function` (usually swish) and `final_logits_bias` (Marian's bias on the logits, where it is not zero).
+Anything else (separate vocabularies, untied or unscaled embeddings, pre-LN, a LayerNorm on the embeddings, a
+position table that is not the sinusoids, unknown weights) is refused with the setting named, not guessed.
+"""
+
+import re
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianMTModel
+
+from ...configuration_vaswani import VaswaniConfig
+from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
+from ..checkpoints import check_new_folder
+
+MARIAN_LAYER_NORM_EPS = 1e-5  # MarianMT's nn.LayerNorm(d_model) keeps torch's default epsilon
+
+# Settings that MarianConfig no longer declares but that older OPUS-MT config.json files carry, with the value under
+# which transformers' MarianMTModel (which ignores them) computes what the weights were trained for.
+LEGACY_SETTINGS = {
+    "normalize_before": (False, "post-LN layers, LayerNorm(x + Sublayer(x)) (Section 3.1)"),
+    "normalize_embedding": (False, "no LayerNorm on the embeddings (layernorm_embedding)"),
+    "add_final_layer_norm": (False, "no LayerNorm after the last layer of a stack"),
+    "static_position_embeddings": (True, "the fixed sinusoids of Section 3.5"),
+}
+
+READS, WRITES = "reads", "writes"  # how a module meets the residual stream: its input, or its output, is d_model
+ENCODER_LAYER = {  # Marian's module in a layer -> ours, and which side of it is the residual stream
+    "self_attn.q_proj": ("self_attn.w_q", READS),
+    "self_attn.k_proj": ("self_attn.w_k", READS),
+    "self_attn.v_proj": ("self_attn.w_v", READS),
+    "self_attn.out_proj": ("self_attn.w_o", WRITES),
+    "self_attn_layer_norm": ("self_attn_sublayer.norm", WRITES),
+    "fc1": ("feed_forward.w1", READS),
+    "fc2": ("feed_forward.w2", WRITES),
+    "final_layer_norm": ("feed_forward_sublayer.norm", WRITES),
+}
+DECODER_LAYER = {
+    **ENCODER_LAYER,
+    "encoder_attn.q_proj": ("cross_attn.w_q", READS),
+    "encoder_attn.k_proj": ("cross_attn.w_k", READS),  # reads the encoder's output, the encoder's residual stream
+    "encoder_attn.v_proj": ("cross_attn.w_v", READS),
+    "encoder_attn.out_proj": ("cross_attn.w_o", WRITES),
+    "encoder_attn_layer_norm": ("cross_attn_sublayer.norm", WRITES),
+}
+LAYER_KEY = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)")
+TIED_KEYS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
+POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
+
+
+class ConversionError(ValueError):
+    """A checkpoint that does not fit the paper's network up to the recorded departures; the message names why."""
+
+
+def halves_to_interleaved(d_model: int) -> torch.Tensor:
+    """The permutation p of the d_model axis with interleaved[..., j] = halves[..., p[j]]: even dimension 2i takes
+    frequency i's sine (halves column i), odd dimension 2i+1 its cosine (halves column ceil(d_model/2) + i)."""
+    sines = (d_model + 1) // 2
+    permutation = torch.empty(d_model, dtype=torch.long)
+    permutation[0::2] = torch.arange(sines)
+    permutation[1::2] = sines + torch.arange(d_model // 2)
+    return permutation
+
+
+def check_marian_config(config) -> None:
+    """Refuses a configuration that is not the paper's network up to the departures this converter carries over."""
+    if getattr(config, "model_type", None) != "marian":
+        raise ConversionError(f"model_type is {getattr(config, 'model_type', None)!r}; expected 'marian' (MarianMT)")
+    expected = {
+        "share_encoder_decoder_embeddings": (True, "one vocabulary for source and target (Section 3.4)"),
+        "tie_word_embeddings": (True, "the pre-softmax linear tied to the embeddings (Section 3.4)"),
+        "scale_embedding": (True, "embeddings multiplied by sqrt(d_model) (Section 3.4)"),
+        "decoder_vocab_size": (config.vocab_size, "the source vocabulary's size, one vocabulary (Section 3.4)"),
+        "decoder_attention_heads": (config.encoder_attention_heads, "encoder_attention_heads, one h (Table 3)"),
+        "decoder_ffn_dim": (config.encoder_ffn_dim, "encoder_ffn_dim, one d_ff (Table 3)"),
+        **LEGACY_SETTINGS,
+    }
+    for name, (value, meaning) in expected.items():
+        if getattr(config, name, value) != value:
+            raise ConversionError(f"{name} is {getattr(config, name)!r}; expected {value!r}: {meaning}")
+    if config.pad_token_id is None:
+        raise ConversionError("pad_token_id is None; expected Marian's padding id, which also starts the decoder")
+
+
+def vaswani_config(config, logits_bias: bool) -> VaswaniConfig:
+    """The VaswaniConfig of a (checked) MarianConfig: its sizes, ids and dropout, and the departures it needs."""
+    return VaswaniConfig(
+        vocab_size=config.vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers,
+        num_heads=config.encoder_attention_heads,
+        d_ff=config.encoder_ffn_dim,
+        activation_function=config.activation_function,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        attention_bias=True,
+        layer_norm_eps=MARIAN_LAYER_NORM_EPS,
+        final_logits_bias=logits_bias,
+        max_position_embeddings=config.max_position_embeddings,
+        bos_token_id=None,  # Marian has none: the decoder starts with the padding id
+        pad_token_id=config.pad_token_id,
+        eos_token_id=config.eos_token_id,
+        decoder_start_token_id=config.decoder_start_token_id,
+    )
+
+
+def departures(config: VaswaniConfig) -> dict:
+    """The departures from the paper's options that a converted configuration sets, by name."""
+    paper = VaswaniConfig()
+    names = ("attention_bias", "layer_norm_eps", "activation_function", "final_logits_bias", "position_embedding_type")
+    return {name: getattr(config, name) for name in names if getattr(config, name) != getattr(paper, name)}
+
+
+def check_ties_and_positions(state_dict: dict, d_model: int) -> None:
+    """One embedding matrix everywhere (Section 3.4), and position tables that are the halves-layout sinusoids of
+    Section 3.5's frequencies, position 0 first."""
+    shared = state_dict["model.shared.weight"]
+    for key in TIED_KEYS:
+        if key in state_dict and not torch.equal(state_dict[key], shared):
+            raise ConversionError(f"{key} differs from model.shared.weight; expected one tied embedding matrix")
+    back = torch.argsort(halves_to_interleaved(d_model))
+    for key in POSITION_KEYS:
+        if key in state_dict:
+            table = state_dict[key]
+            expected = sinusoids(table.shape[0], d_model)[:, back].to(table)
+            if not torch.allclose(table, expected, atol=1e-6, rtol=0):
+                raise ConversionError(
+                    f"{key} is not the sinusoid table; expected Section 3.5's sinusoids from position 0, "
+                    "sines then cosines (the halves layout)"
+                )
+
+
+def convert_state_dict(state_dict: dict, d_model: int) -> dict:
+    """Marian's weights under our names, the residual stream's axis permuted (see the module's docstring); the
+    tied copies and position tables are checked and dropped, `final_logits_bias` becomes the LM head's bias."""
+    check_ties_and_positions(state_dict, d_model)
+    permutation = halves_to_interleaved(d_model)
+    converted = {}
+    for key, tensor in state_dict.items():
+        if key in TIED_KEYS or key in POSITION_KEYS:
+            continue
+        if key == "model.shared.weight":
+            converted[key] = tensor[:, permutation]
+        elif key == "final_logits_bias":
+            converted["lm_head.bias"] = tensor.reshape(-1)  # (1, vocab) in Marian; over tokens, not the stream
+        else:
+            name, new_tensor = _convert_layer_weight(key, tensor, permutation)
+            converted[name] = new_tensor
+    return converted
+
+
+def _convert_layer_weight(key: str, tensor: torch.Tensor, permutation: torch.Tensor) -> tuple[str, torch.Tensor]:
+    match = LAYER_KEY.fullmatch(key)
+    modules = (ENCODER_LAYER if match.group(1) == "encoder" else DECODER_LAYER) if match else {}
+    if not match or match.group(3) not in modules:
+        raise ConversionError(f"unknown weight {key}; expected only the weights of a MarianMTModel")
+    stack, index, module, kind = match.groups()
+    name, role = modules[module]
+    if role == READS:
+        tensor = tensor[:, permutation] if kind == "weight" else tensor  # a bias is on the output side, not d_model
+    else:
+        tensor = tensor[permutation]  # rows of W^O and W2, their biases, LayerNorm's weight and bias
+    return f"model.{stack}.layers.{index}.{name}.{kind}", tensor
+
+
+def check_tokenizer(tokenizer, config) -> None:
+    """The tokenizer must fit the model: one vocabulary, ids inside the embedding, the same padding and end ids."""
+    if getattr(tokenizer, "separate_vocabs", False):
+        raise ConversionError("the tokenizer has separate_vocabs=True; expected one vocabulary (Section 3.4)")
+    if len(tokenizer) > config.vocab_size:
+        raise ConversionError(
+            f"the tokenizer has {len(tokenizer)} tokens; expected at most vocab_size ({config.vocab_size})"
+        )
+    for name in ("pad_token_id", "eos_token_id"):
+        if getattr(tokenizer, name) != getattr(config, name):
+            raise ConversionError(
+                f"the tokenizer's {name} is {getattr(tokenizer, name)}; expected the model's, {getattr(config, name)}"
+            )
+
+
+def convert_marian(model: MarianMTModel, tokenizer) -> VaswaniForConditionalGeneration:
+    """A VaswaniForConditionalGeneration computing exactly what `model` computes (float32 rounding aside), after
+    the checks of `check_marian_config` and `check_tokenizer`. Its generation config is the paper's (Section 6.1)
+    with Marian's tokens that are never generated (`bad_words_ids`: the padding id) and `forced_eos_token_id`."""
+    check_marian_config(model.config)
+    check_tokenizer(tokenizer, model.config)
+    state_dict = {key: tensor.detach() for key, tensor in model.state_dict().items()}
+    logits_bias = state_dict.get("final_logits_bias")
+    has_logits_bias = logits_bias is not None and bool(logits_bias.any())  # a zero bias is the paper's: none
+    if not has_logits_bias:
+        state_dict.pop("final_logits_bias", None)
+    converted = VaswaniForConditionalGeneration(vaswani_config(model.config, has_logits_bias))
+    weights = convert_state_dict(state_dict, model.config.d_model)
+    weights.update({target: weights[source] for target, source in converted._tied_weights_keys.items()})
+    converted.load_state_dict(weights, strict=True)
+    _carry_generation_settings(model.generation_config, converted.generation_config)
+    return converted.eval()
+
+
+def _carry_generation_settings(marian: GenerationConfig, ours: GenerationConfig) -> None:
+    for name in ("bad_words_ids", "forced_eos_token_id"):
+        if getattr(marian, name, None) is not None:
+            setattr(ours, name, getattr(marian, name))
+
+
+def load_marian(name_or_path: str, revision: str | None = None) -> tuple[MarianMTModel, object]:
+    """A MarianMTModel and its tokenizer from a folder or Hub id, refusing a checkpoint whose weights do not all
+    load: unknown ones (which MarianMTModel would drop), missing ones (left random) or ones of the wrong shape."""
+    check_marian_config(AutoConfig.from_pretrained(name_or_path, revision=revision))
+    model, info = MarianMTModel.from_pretrained(name_or_path, revision=revision, output_loading_info=True)
+    missing = [key for key in info["missing_keys"] if key not in (*POSITION_KEYS, "final_logits_bias")]
+    problems = {
+        "unknown weights": sorted(info["unexpected_keys"]),
+        "missing weights": sorted(missing),
+        "weights of the wrong shape": sorted(str(key) for key in info["mismatched_keys"]),
+    }
+    for problem, keys in problems.items():
+        if keys:
+            raise ConversionError(
+                f"{name_or_path} has {len(keys)} {problem} ({', '.join(keys[:5])}); "
+                "expected exactly the weights of a MarianMTModel"
+            )
+    return model.eval(), AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+
+
+def convert_marian_checkpoint(
+    name_or_path: str, output_dir: str | Path, revision: str | None = None
+) -> VaswaniForConditionalGeneration:
+    """`load_marian`, `convert_marian`, then the model and the tokenizer saved into `output_dir` (new or empty).
+    Returns the converted model."""
+    check_new_folder(Path(output_dir), ConversionError)
+    model, tokenizer = load_marian(name_or_path, revision)
+    converted = convert_marian(model, tokenizer)
+    converted.save_pretrained(output_dir)
+    tokenizer.save_pretrained(output_dir)
+    return converted

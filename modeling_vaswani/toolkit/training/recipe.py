@@ -1,0 +1,360 @@
+"""The whole job behind vaswani-train: data, tokenizer, model, Seq2SeqTrainer, averaging, test BLEU, plots.
+
+With no arguments it trains the "small" preset on the shipped Multi30k En->De; every Seq2SeqTrainingArguments flag
+and the flags below change it.
+"""
+
+import json
+import logging
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from inspect import getsource
+from pathlib import Path
+
+import numpy as np
+import tokenizers
+from datasets import DatasetDict, is_caching_enabled
+from datasets.fingerprint import Hasher
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
+
+from ...configuration_vaswani import VaswaniConfig
+from ...modeling_vaswani import VaswaniForConditionalGeneration
+from ..checkpoints import find_checkpoints
+from ..data import tokenizer as tokenizer_module
+from ..data.corpora import (
+    MULTI30K_SPLITS,
+    load_hub_pairs,
+    load_multi30k,
+    load_table_pairs,
+    load_text_pairs,
+    tokenize_pairs,
+)
+from ..data.tokenizer import train_tokenizer_from_texts
+from ..evaluation.metrics import bleu
+from ..evaluation.plotting import plot_training_curves
+from ..evaluation.translate import translate, write_lines
+from .presets import PRESETS, preset_config
+from .trainer import VaswaniTrainer, VaswaniTrainingArguments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ModelArguments:
+    preset: str = field(default="small", metadata={"help": f"model preset: {', '.join(PRESETS)} (Table 3)"})
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "continue from a checkpoint (folder or Hub id) instead of a new model"}
+    )
+    tokenizer_name_or_path: str | None = field(
+        default=None, metadata={"help": "an existing tokenizer; default: the checkpoint's, else one trained here"}
+    )
+    vocab_size: int = field(default=8000, metadata={"help": "size of the BPE vocabulary trained when none is given"})
+    dropout: float | None = field(default=None, metadata={"help": "P_drop; default: the preset's"})
+    length_penalty: float | None = field(
+        default=None,
+        metadata={
+            "help": "alpha of the GNMT length penalty (Section 6.1: 0.6, chosen on the development set), saved in "
+            "the model's generation_config; default: the preset's, else the checkpoint's"
+        },
+    )
+
+
+@dataclass
+class DataArguments:
+    source_lang: str = field(default="en", metadata={"help": "source language code"})
+    target_lang: str = field(default="de", metadata={"help": "target language code"})
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "a Hub dataset (e.g. wmt14) or a folder written by save_to_disk"}
+    )
+    dataset_config_name: str | None = field(default=None, metadata={"help": "its configuration (e.g. de-en)"})
+    train_source_file: str | None = field(default=None, metadata={"help": "plain text, one sentence a line"})
+    train_target_file: str | None = field(default=None, metadata={"help": "aligned line by line with the source"})
+    validation_source_file: str | None = field(default=None)
+    validation_target_file: str | None = field(default=None)
+    test_source_file: str | None = field(default=None)
+    test_target_file: str | None = field(default=None)
+    train_file: str | None = field(default=None, metadata={"help": "jsonl or csv of translation pairs"})
+    validation_file: str | None = field(default=None)
+    test_file: str | None = field(default=None)
+    validation_split: str = field(default="validation", metadata={"help": "split name (Hub: e.g. validation)"})
+    test_split: str = field(default="test", metadata={"help": "split name scored at the end (Hub: e.g. test)"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "use only the first N training pairs"})
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "use only the first N validation and test pairs (quick runs)"}
+    )
+    max_validation_samples: int | None = field(
+        default=None,
+        metadata={"help": "evaluate during training on the first N validation pairs only; default: the preset's"},
+    )
+    max_length: int | None = field(
+        default=None,
+        metadata={"help": "drop (and count in the log) training pairs with more tokens on either side"},
+    )
+    eval_batch_size_sentences: int = field(default=64, metadata={"help": "sentences per batch when translating"})
+    preprocessing_num_workers: int | None = field(
+        default=None, metadata={"help": "processes that tokenize and filter the data (default: this one)"}
+    )
+
+
+def parse_arguments(argv=None) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
+    """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win)."""
+    parser = HfArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
+    preset_parser = HfArgumentParser(ModelArguments, add_help=False)  # --help is for the full parser below
+    model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    if model_args.preset not in PRESETS:
+        raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")
+    defaults = dict(PRESETS[model_args.preset]["training"])
+    defaults.setdefault("output_dir", f"runs/{model_args.preset}")
+    parser.set_defaults(**defaults)
+    return parser.parse_args_into_dataclasses(args=argv)
+
+
+def load_data(args: DataArguments) -> DatasetDict:
+    """The splits as a DatasetDict with the `translation` column; the shipped Multi30k when nothing is named."""
+    languages = {"source_lang": args.source_lang, "target_lang": args.target_lang}
+    if args.dataset_name:
+        data = load_hub_pairs(args.dataset_name, args.dataset_config_name, **languages)
+    elif args.train_source_file or args.train_file:
+        data = DatasetDict()
+        for split, source, target, table in (
+            ("train", args.train_source_file, args.train_target_file, args.train_file),
+            (args.validation_split, args.validation_source_file, args.validation_target_file, args.validation_file),
+            (args.test_split, args.test_source_file, args.test_target_file, args.test_file),
+        ):
+            if source:
+                if not target:
+                    raise ValueError(f"{split}: a source file ({source}) needs its target file")
+                data[split] = load_text_pairs(source, target, **languages)
+            elif table:
+                data[split] = load_table_pairs(table, **languages)
+    else:
+        data = load_multi30k(**languages)
+    if "train" not in data:
+        raise ValueError(f"no training split: the data has {list(data)}")
+    validation_limits = [n for n in (args.max_eval_samples, args.max_validation_samples) if n is not None]
+    limits = {"train": args.max_train_samples, args.validation_split: min(validation_limits, default=None)}
+    limits[args.test_split] = args.max_eval_samples
+    for split, limit in limits.items():
+        if limit is not None and split in data:
+            data[split] = data[split].select(range(min(limit, len(data[split]))))
+    return data
+
+
+def prepare_tokenizer(model_args: ModelArguments, train_split, source_lang: str, target_lang: str, output_dir: Path):
+    """An existing tokenizer, or one BPE vocabulary trained on both sides of the training data (Section 5.1).
+
+    A trained one is kept beside the training split's Arrow files, keyed by the split's fingerprint and the settings,
+    as `datasets` keeps its map results there: a second run on the same data loads it instead of training again.
+    """
+    name = model_args.tokenizer_name_or_path or model_args.model_name_or_path
+    if name:
+        return AutoTokenizer.from_pretrained(name)
+    cached = _cached_tokenizer_dir(train_split, model_args.vocab_size, source_lang, target_lang)
+    if cached is not None and cached.is_dir():
+        logger.info("tokenizer: reusing the one trained on the same data, %s", cached)
+    else:
+        texts = (text for language in (source_lang, target_lang) for text in split_texts(train_split, language))
+        where = f"the training split's {source_lang} and {target_lang} sentences"
+        tokenizer = train_tokenizer_from_texts(texts, model_args.vocab_size, where=where)
+        if cached is None:
+            tokenizer.save_pretrained(output_dir / "tokenizer")
+            return tokenizer
+        _save_whole(tokenizer, cached)
+    # Loaded back even when just trained: `datasets` keys its cached tokenization on the tokenizer's pickled state,
+    # which differs between a trained and a loaded tokenizer, and the second run only has the loaded one.
+    tokenizer = AutoTokenizer.from_pretrained(cached)
+    tokenizer.save_pretrained(output_dir / "tokenizer")
+    return tokenizer
+
+
+def _cached_tokenizer_dir(train_split, vocab_size: int, source_lang: str, target_lang: str) -> Path | None:
+    if not train_split.cache_files or not is_caching_enabled():
+        return None  # an in-memory split: nowhere that outlives this run
+    # The tokenizer module's source is in the key, so a change to how tokenizers are built retrains them.
+    key = Hasher.hash(
+        [
+            train_split._fingerprint,
+            vocab_size,
+            source_lang,
+            target_lang,
+            tokenizers.__version__,
+            getsource(tokenizer_module),
+        ]
+    )
+    return Path(train_split.cache_files[0]["filename"]).parent / f"vaswani-tokenizer-{key}"
+
+
+def _save_whole(tokenizer, folder: Path) -> None:
+    # Saved aside, then renamed: a run killed while saving leaves no half-written tokenizer to be reused.
+    staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+    tokenizer.save_pretrained(staging)
+    try:
+        staging.rename(folder)
+    except OSError:  # another process (a DDP rank) saved the same tokenizer first
+        shutil.rmtree(staging)
+
+
+def split_texts(split, language: str, batch_size: int = 10_000) -> Iterator[str]:
+    """One language's sentences of a `translation` split, read from its Arrow data a batch at a time, so that no
+    Python object per pair of a corpus of millions is held at once."""
+    for batch in split.select_columns("translation").iter(batch_size=batch_size):
+        yield from (pair[language] for pair in batch["translation"])
+
+
+def sources_and_references(split, source_lang: str, target_lang: str) -> tuple[list[str], list[str]]:
+    return list(split_texts(split, source_lang)), list(split_texts(split, target_lang))
+
+
+# What decides the shapes of the weights; the vocabulary comes from the tokenizer, known only after data loading.
+SHAPE_FIELDS = ("d_model", "encoder_layers", "decoder_layers", "num_heads", "d_ff", "attention_bias")
+
+
+def check_output_and_resume(model_args: ModelArguments, training_args: VaswaniTrainingArguments) -> None:
+    """Refuse, before any data is loaded, a run that would mix with an earlier one or could not resume.
+
+    An output_dir holding checkpoint-N folders is refused unless the run resumes or `--overwrite_output_dir` is given
+    (which deletes them): averaging takes the highest-numbered checkpoints there, whichever run wrote them. A resume
+    target must be a checkpoint folder of a model with the shapes this run builds.
+    """
+    output_dir = Path(training_args.output_dir)
+    resume = training_args.resume_from_checkpoint
+    earlier = find_checkpoints(output_dir) if output_dir.is_dir() else []
+    if earlier and resume is None:
+        if not training_args.overwrite_output_dir:
+            names = ", ".join(checkpoint.name for checkpoint in earlier)
+            raise ValueError(
+                f"output_dir {str(output_dir)!r} holds checkpoints of an earlier run ({names}); expected an empty or "
+                f"new folder: pass --resume_from_checkpoint {earlier[-1]} to "
+                "continue that run, --overwrite_output_dir to delete them and start afresh, or another --output_dir"
+            )
+        if training_args.should_save:
+            for checkpoint in earlier:
+                shutil.rmtree(checkpoint)
+            shutil.rmtree(output_dir / "averaged", ignore_errors=True)
+    if resume is not None:
+        _check_resume_target(Path(resume), model_args)
+
+
+def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
+    if not (checkpoint / "trainer_state.json").is_file():
+        raise FileNotFoundError(
+            f"resume_from_checkpoint {str(checkpoint)!r} is not a checkpoint: expected a checkpoint-N folder "
+            "with trainer_state.json, as the Trainer writes into output_dir"
+        )
+    saved = VaswaniConfig.from_pretrained(checkpoint)
+    if model_args.model_name_or_path:
+        wanted, source = AutoConfig.from_pretrained(model_args.model_name_or_path), model_args.model_name_or_path
+    else:
+        overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
+        wanted, source = preset_config(model_args.preset, **overrides), f"--preset {model_args.preset}"
+    differences = [
+        f"{name}={getattr(saved, name)!r} (this run: {getattr(wanted, name, None)!r})"
+        for name in SHAPE_FIELDS
+        if getattr(saved, name) != getattr(wanted, name, None)
+    ]
+    if differences:
+        raise ValueError(
+            f"resume_from_checkpoint {str(checkpoint)!r} holds another model than {source} builds: "
+            f"{', '.join(differences)}; expected the preset or model it was trained with"
+        )
+
+
+def run(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
+    """Trains, averages, translates the test split with the final model and scores it. Returns the results."""
+    check_output_and_resume(model_args, training_args)
+    output_dir = Path(training_args.output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    data = load_data(data_args)
+    source_lang, target_lang = data_args.source_lang, data_args.target_lang
+    tokenizer = prepare_tokenizer(model_args, data["train"], source_lang, target_lang, output_dir)
+    workers = data_args.preprocessing_num_workers
+    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, data_args.max_length, workers)
+    validation = data.get(data_args.validation_split)
+    if validation is not None:
+        validation = tokenize_pairs(validation, tokenizer, source_lang, target_lang, num_proc=workers)
+    elif training_args.eval_strategy != IntervalStrategy.NO:
+        logger.warning("no %r split to evaluate on: no evaluation during training", data_args.validation_split)
+        training_args.eval_strategy = IntervalStrategy.NO
+
+    if model_args.model_name_or_path:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+    else:
+        overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
+        model = VaswaniForConditionalGeneration(preset_config(model_args.preset, tokenizer, **overrides))
+    logger.info("model: %s parameters", f"{model.num_parameters():,}")
+    if model_args.length_penalty is not None:
+        model.generation_config.length_penalty = model_args.length_penalty
+
+    trainer = VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=validation,
+        processing_class=tokenizer,
+        compute_metrics=lambda prediction: validation_bleu(prediction, tokenizer),
+    )
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(str(output_dir))
+    results = {"train": {k: v for k, v in trainer.state.log_history[-1].items()}}
+    if trainer.is_world_process_zero():
+        if any("loss" in entry for entry in trainer.state.log_history):
+            plot_training_curves(trainer.state.log_history, output_dir / "training_curves.png")
+        else:
+            logger.warning("no training loss was logged (logging_steps > steps run): no training_curves.png")
+
+    final_dir = output_dir / "averaged" if training_args.average_last_checkpoints else output_dir
+    if trainer.is_world_process_zero() and data_args.test_split in data:
+        final_model = AutoModelForSeq2SeqLM.from_pretrained(final_dir).to(training_args.device)
+        sources, references = sources_and_references(data[data_args.test_split], source_lang, target_lang)
+        hypotheses = translate(
+            final_model,
+            tokenizer,
+            sources,
+            batch_size=data_args.eval_batch_size_sentences,
+            paper_decoding=training_args.paper_decoding,
+        )
+        with open(final_dir / f"{data_args.test_split}.hyp.{target_lang}", "w", encoding="utf-8") as output:
+            write_lines(hypotheses, output)
+        results["test"] = bleu(hypotheses, references)
+        results["test_set"] = describe_test_set(data_args)
+        # Through the Trainer's loggers, so the final BLEU lands in TensorBoard beside the training curves.
+        trainer.log({f"{data_args.test_split}_sacrebleu": results["test"]["sacrebleu"]})
+        tokenizer.save_pretrained(final_dir)
+        (final_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    results["model_dir"] = str(final_dir)
+    return results
+
+
+def describe_test_set(args: DataArguments) -> dict:
+    """Where the test BLEU was measured, as hub.EvaluationSet's fields (push_to_hub.py reads them for the card)."""
+    split = args.test_split
+    if args.dataset_name:
+        dataset_id, config = args.dataset_name, args.dataset_config_name or "default"
+        name = f"{args.dataset_name} {args.dataset_config_name or ''}".strip() + f", {split}"
+    elif args.test_source_file or args.test_file:
+        files = [args.test_file] if args.test_file else [args.test_source_file, args.test_target_file]
+        dataset_id, config, name = Path(files[0]).stem, "default", " + ".join(Path(file).name for file in files)
+    else:  # the shipped copy of the Hub's multi30k task1
+        dataset_id, config, split, name = "multi30k", "task1", MULTI30K_SPLITS["test"], "Multi30k, test2016 (flickr)"
+    return {
+        "dataset_id": dataset_id,
+        "dataset_config": config,
+        "dataset_split": split,
+        "dataset_name": name,
+        "source_lang": args.source_lang,
+        "target_lang": args.target_lang,
+    }
+
+
+def validation_bleu(prediction, tokenizer) -> dict:
+    """compute_metrics for the Trainer: BLEU of the generated validation translations against the decoded labels."""
+    # The Trainer pads predictions and labels across batches with -100, which is no token id.
+    predictions = np.where(prediction.predictions < 0, tokenizer.pad_token_id, prediction.predictions)
+    labels = np.where(prediction.label_ids < 0, tokenizer.pad_token_id, prediction.label_ids)
+    scores = bleu(
+        tokenizer.batch_decode(predictions, skip_special_tokens=True),
+        tokenizer.batch_decode(labels, skip_special_tokens=True),
+    )
+    return {"sacrebleu": scores["sacrebleu"], "tokenized_bleu": scores["tokenized_bleu"]}

@@ -1,0 +1,290 @@
+"""Section 5 of the paper on transformers' Seq2SeqTrainer: the recipe as defaults, token-budget batches, averaging.
+
+What the Trainer already does is used as it is (Adam, label smoothing, gradient accumulation, checkpoints, resume,
+logging); written here by hand is only what it lacks: the exact lrate formula of Section 5.3 (the Trainer's
+"inverse_sqrt" evaluates it one step late: its first update gets learning rate 0), batches by token budget
+(Section 5.1), checkpoint averaging at the end of training (Section 6.1), and checkpoints written atomically (the
+Trainer writes checkpoint-N in place, so a kill while saving leaves a folder that resuming would take as complete).
+"""
+
+import logging
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+from transformers import (
+    DataCollatorForSeq2Seq,
+    Seq2SeqTrainer,
+    Seq2SeqTrainingArguments,
+    TrainerCallback,
+)
+from transformers.trainer_utils import rotate_checkpoints
+
+from ..checkpoints import find_checkpoints
+from ..data.batching import TokenBudgetBatchSampler
+from .averaging import average_checkpoints
+
+logger = logging.getLogger(__name__)
+
+
+def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:
+    """Equation 3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5), steps counted from 1."""
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+@dataclass
+class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
+    """Seq2SeqTrainingArguments with the paper's recipe as defaults (Sections 5.3, 5.4), plus three options."""
+
+    adam_beta1: float = field(default=0.9, metadata={"help": "Adam beta1 (Section 5.3: 0.9)"})
+    adam_beta2: float = field(default=0.98, metadata={"help": "Adam beta2 (Section 5.3: 0.98)"})
+    adam_epsilon: float = field(default=1e-9, metadata={"help": "Adam epsilon (Section 5.3: 1e-9)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "no weight decay in the paper"})
+    max_grad_norm: float = field(default=0.0, metadata={"help": "gradient clipping; the paper clips nothing (0)"})
+    warmup_steps: float = field(default=4000, metadata={"help": "warmup_steps of Equation 3 (Section 5.3: 4000)"})
+    label_smoothing_factor: float = field(default=0.1, metadata={"help": "epsilon_ls (Section 5.4: 0.1)"})
+    learning_rate: float = field(
+        default=0.0,
+        metadata={
+            "help": "peak learning rate, reached at the end of warmup; 0 (default) takes Equation 3's "
+            "d_model^-0.5 * warmup_steps^-0.5"
+        },
+    )
+    paper_schedule: bool = field(
+        default=True,
+        metadata={"help": "Equation 3's schedule; --no_paper_schedule gives --lr_scheduler_type back"},
+    )
+    max_tokens: int | None = field(
+        default=None,
+        metadata={
+            "help": "batch by token budget (Section 5.1): at most this many padded source and target tokens per "
+            "batch on each device (the paper: about 25000 per step over 8 GPUs); replaces per_device_train_batch_size"
+        },
+    )
+    average_last_checkpoints: int = field(
+        default=0,
+        metadata={
+            "help": "at the end of training, average the last N checkpoints into OUTPUT_DIR/averaged "
+            "(Section 6.1: 5 for base, 20 for big); 0 turns it off"
+        },
+    )
+    report_to: None | str | list[str] = field(
+        default="tensorboard", metadata={"help": "where to log: loss, learning rate and BLEU go to TensorBoard"}
+    )
+    max_train_minutes: float | None = field(
+        default=None,
+        metadata={
+            "help": "stop training after this many minutes (a checkpoint is saved then), or at max_steps if sooner; "
+            "Equation 3 needs no total step count, so the schedule is the same; 0 sets no time limit"
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "start afresh in an output_dir that holds checkpoint-N folders of an earlier run, deleting them "
+            "(without it such a run is refused, so that averaging never takes an earlier run's checkpoints)"
+        },
+    )
+    predict_with_generate: bool = field(
+        default=True, metadata={"help": "evaluate by translating (BLEU), not by the loss alone"}
+    )
+    paper_decoding: bool = field(
+        default=True,
+        metadata={"help": "evaluate with Section 6.1's beam search (beam 4, GNMT length penalty, input + 50)"},
+    )
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.average_last_checkpoints < 0:
+            raise ValueError(f"average_last_checkpoints must be >= 0, got {self.average_last_checkpoints}")
+        if self.average_last_checkpoints and self.save_strategy == "no":
+            raise ValueError(
+                f"average_last_checkpoints={self.average_last_checkpoints} needs checkpoints, but save_strategy is "
+                "'no': save checkpoints (--save_steps N) or pass --average_last_checkpoints 0"
+            )
+        if self.average_last_checkpoints and self.save_total_limit is not None:
+            if self.save_total_limit < self.average_last_checkpoints:
+                raise ValueError(
+                    f"save_total_limit ({self.save_total_limit}) keeps fewer checkpoints than "
+                    f"average_last_checkpoints ({self.average_last_checkpoints}) needs"
+                )
+        if self.max_train_minutes is not None and self.max_train_minutes < 0:
+            raise ValueError(f"max_train_minutes must be >= 0 (0: no time limit), got {self.max_train_minutes}")
+        if self.max_tokens is not None and self.max_tokens <= 0:
+            raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+
+
+class AverageCheckpointsCallback(TrainerCallback):
+    """Section 6.1: at the end of training, the last N checkpoints averaged into one model, OUTPUT_DIR/averaged."""
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if args.average_last_checkpoints and state.is_world_process_zero:
+            checkpoints = find_checkpoints(args.output_dir)[-args.average_last_checkpoints :]
+            if not checkpoints:
+                raise ValueError(f"no checkpoint-N folders in {args.output_dir} to average")
+            if len(checkpoints) < args.average_last_checkpoints:
+                logger.warning(
+                    "averaging the %d checkpoints there are, not the %d asked for",
+                    len(checkpoints),
+                    args.average_last_checkpoints,
+                )
+            average_checkpoints(checkpoints, Path(args.output_dir) / "averaged")
+            logger.info("averaged %s into %s", [c.name for c in checkpoints], Path(args.output_dir) / "averaged")
+
+
+class TimeBudgetCallback(TrainerCallback):
+    """Ends training after `max_train_minutes` of wall time and saves a checkpoint there (the Trainer has only
+    step and epoch limits), so that a run fits a time budget on machines of any speed."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if time.monotonic() - self.start >= 60 * args.max_train_minutes:
+            logger.info("max_train_minutes=%s reached at step %d", args.max_train_minutes, state.global_step)
+            control.should_training_stop = True
+            control.should_save = args.save_strategy != "no"
+        return control
+
+
+class VaswaniTrainer(Seq2SeqTrainer):
+    """Seq2SeqTrainer with Equation 3's schedule, token-budget batches and the paper's decoding for evaluation."""
+
+    def __init__(self, model=None, args: VaswaniTrainingArguments = None, data_collator=None, **kwargs):
+        if args.paper_schedule and args.learning_rate == 0:
+            # Equation 3 peaks at step = warmup_steps: d_model^-0.5 * warmup_steps^-0.5.
+            args.learning_rate = paper_learning_rate(int(args.warmup_steps), model.config.d_model, args.warmup_steps)
+        if args.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, got {args.learning_rate}")
+        if data_collator is None and kwargs.get("processing_class") is not None:
+            # Builds decoder_input_ids from the labels: the Trainer pops labels before forward when smoothing.
+            data_collator = DataCollatorForSeq2Seq(kwargs["processing_class"], model=model)
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        if args.max_train_minutes:  # None or 0: no time limit
+            callbacks.append(TimeBudgetCallback())
+        if args.average_last_checkpoints:
+            callbacks.append(AverageCheckpointsCallback())
+        super().__init__(model=model, args=args, data_collator=data_collator, callbacks=callbacks, **kwargs)
+
+    def create_scheduler(self, num_training_steps: int, optimizer=None):
+        if not self.args.paper_schedule:
+            return super().create_scheduler(num_training_steps, optimizer)
+        if self.lr_scheduler is None:
+            warmup = self.args.warmup_steps
+
+            def equation_3(update: int) -> float:
+                # LambdaLR counts updates from 0; the paper's steps from 1. Relative to the peak learning rate.
+                step = update + 1
+                return min(step / warmup, math.sqrt(warmup / step))
+
+            self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, equation_3)
+            self._created_lr_scheduler = True
+        return self.lr_scheduler
+
+    def get_train_dataloader(self) -> DataLoader:
+        if self.args.max_tokens is None:
+            return super().get_train_dataloader()
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        sampler = TokenBudgetBatchSampler.from_dataset(
+            dataset,
+            self.args.max_tokens,
+            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
+            num_replicas=self.args.world_size,
+            rank=self.args.process_index,
+        )
+        loader = DataLoader(
+            dataset,
+            batch_sampler=sampler,
+            collate_fn=self.data_collator,
+            num_workers=self.args.dataloader_num_workers,
+            pin_memory=self.args.dataloader_pin_memory,
+        )
+        prepared = self.accelerator.prepare(loader)
+        # The sampler already gives each rank its own batches, the same number on every rank; accelerate's
+        # BatchSamplerShard would shard them again, so it is made a pass-through (as the Trainer does for its
+        # own rank-aware BatchRebalanceSampler).
+        shard = getattr(prepared, "batch_sampler", None)
+        if shard is not None and getattr(shard, "batch_sampler", None) is sampler:
+            shard.num_processes, shard.process_index = 1, 0
+        return prepared
+
+    def evaluate(self, eval_dataset=None, ignore_keys=None, metric_key_prefix: str = "eval", **gen_kwargs):
+        gen_kwargs.setdefault("paper_decoding", self.args.paper_decoding)
+        return super().evaluate(
+            eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
+        )
+
+    def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test", **gen_kwargs):
+        gen_kwargs.setdefault("paper_decoding", self.args.paper_decoding)
+        return super().predict(
+            test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
+        )
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None):
+        if self.is_fsdp_enabled and self.accelerator.is_fsdp2:
+            return load_full_weights_into_fsdp2(model or self.model, resume_from_checkpoint)
+        return super()._load_from_checkpoint(resume_from_checkpoint, model)
+
+    def _get_output_dir(self, trial):
+        return getattr(self, "_staging_dir", None) or super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        """Writes checkpoint-N under OUTPUT_DIR/.tmp-checkpoint-N and renames it into place once complete."""
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"checkpoint-{self.state.global_step}"
+        staging = run_dir / f".tmp-{name}"
+        if self.args.should_save:  # left by a run killed while saving, before or after its rename
+            for stale in run_dir.glob(".tmp-checkpoint-*"):
+                shutil.rmtree(stale)
+        self.accelerator.wait_for_everyone()
+        self._staging_dir = str(staging)
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_dir = None
+        self.accelerator.wait_for_everyone()  # every rank has written its part (RNG states, sharded optimizers)
+        if self.args.should_save:
+            final = run_dir / name
+            if final.exists():
+                shutil.rmtree(final)
+            os.replace(staging / name, final)
+            shutil.rmtree(staging)
+            rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
+        self.accelerator.wait_for_everyone()
+
+
+def load_full_weights_into_fsdp2(model: torch.nn.Module, checkpoint: str) -> None:
+    """Loads a FULL_STATE_DICT checkpoint's model.safetensors into an FSDP2-sharded model, rank 0 reading and
+    broadcasting. Written by hand because accelerate's load_fsdp_model fails on tied weights with torch 2.13:
+    set_model_state_dict walks a module shared under several names (the stacks' embed_tokens and the LM head are
+    model.shared) under its first name only, so the full state dict's other names raise KeyError while
+    broadcasting, and without them its strict load_state_dict reports them missing. Here the other names are left
+    out and the load is not strict; instead, every name it reports missing must be a tied alias."""
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    own_names = {name for name, _ in model.named_parameters()} | {name for name, _ in model.named_buffers()}
+    state_dict = {}
+    if torch.distributed.get_rank() == 0:
+        weights = Path(checkpoint) / "model.safetensors"
+        state_dict = {name: tensor for name, tensor in load_file(weights).items() if name in own_names}
+        if missing := own_names - state_dict.keys() - non_persistent_buffers(model):
+            raise ValueError(f"{weights} lacks {sorted(missing)}; expected the full weights a checkpoint holds")
+    options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+    result = set_model_state_dict(model, state_dict, options=options)
+    aliases = {name for name in model.state_dict() if name not in own_names}
+    if unloaded := set(result.missing_keys) - aliases:
+        raise ValueError(f"resuming from {checkpoint} left {sorted(unloaded)} unloaded")
+
+
+def non_persistent_buffers(model: torch.nn.Module) -> set[str]:
+    return {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, module in model.named_modules()
+        for name in module._non_persistent_buffers_set
+    }

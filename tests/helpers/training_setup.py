@@ -1,0 +1,79 @@
+"""A real tokenizer and a tiny model on a slice of the shipped Multi30k, for the training and Hub tests."""
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import torch
+
+from modeling_vaswani import VaswaniForConditionalGeneration
+from modeling_vaswani.toolkit.data.corpora import load_multi30k, multi30k_files, read_sentences, tokenize_pairs
+from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.training.presets import preset_config
+
+REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+
+
+def command(name: str) -> list[str]:
+    """A vaswani-* command as a subprocess runs it: `python -m modeling_vaswani.toolkit.cli.<name>`, the module the
+    installed console script calls (the wheel test runs the console scripts themselves)."""
+    return [sys.executable, "-m", f"modeling_vaswani.toolkit.cli.{name}"]
+
+TINY = {"d_model": 32, "d_ff": 64, "num_heads": 4, "encoder_layers": 2, "decoder_layers": 2}
+
+
+def tiny_checkpoint(folder: Path, seed: int = 0, lines: int = 2000) -> Path:
+    """A BPE tokenizer trained on the first `lines` Multi30k pairs and an untrained tiny model, saved together."""
+    folder.mkdir(parents=True, exist_ok=True)
+    texts = []
+    for language, path in multi30k_files("train").items():
+        text = folder / f"corpus.{language}"
+        text.write_text("\n".join(read_sentences(path)[:lines]) + "\n", encoding="utf-8")
+        texts.append(text)
+    tokenizer = train_tokenizer(texts, vocab_size=400, output_dir=folder)
+    for text in texts:
+        text.unlink()
+    torch.manual_seed(seed)
+    model = VaswaniForConditionalGeneration(preset_config("small", tokenizer, **TINY))
+    model.save_pretrained(folder)
+    return folder
+
+
+# A results.json as vaswani-train writes it, for a base model scored on the paper's test set.
+RESULTS = {
+    "train": {"step": 100000, "train_loss": 3.9},
+    "test": {
+        "sacrebleu": 26.6049,
+        "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+        "tokenized_bleu": 27.3151,
+        "tokenized_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a+compound-split|smooth:none|version:2.6.0",
+    },
+    "test_set": {
+        "dataset_id": "wmt14",
+        "dataset_config": "de-en",
+        "dataset_split": "test",
+        "dataset_name": "WMT14 English-German, newstest2014",
+        "source_lang": "en",
+        "target_lang": "de",
+    },
+}
+
+
+def checkpoint_with_results(folder: Path, seed: int = 0) -> Path:
+    """`tiny_checkpoint` with the RESULTS above as its results.json, ready to be pushed."""
+    tiny_checkpoint(folder, seed=seed)
+    (folder / "results.json").write_text(json.dumps(RESULTS))
+    return folder
+
+
+def tokenized_slice(tokenizer, count: int, split: str = "train"):
+    return tokenize_pairs(load_multi30k(split).select(range(count)), tokenizer, "en", "de")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now, for a rendezvous of training processes."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
