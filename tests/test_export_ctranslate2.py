@@ -295,8 +295,8 @@ def test_the_export_refuses_a_folder_that_is_not_empty(checkpoint, tmp_path, cap
 def test_without_ctranslate2_the_package_works_and_the_export_says_how_to_install_it(checkpoint, tmp_path):
     program = (
         "import sys; sys.modules['ctranslate2'] = None\n"  # what `import ctranslate2` does where it is not installed
-        "import modeling_vaswani.toolkit.commands.translate, modeling_vaswani.toolkit.commands.evaluate\n"
-        "from modeling_vaswani.toolkit.commands.export_ctranslate2 import main\n"
+        "import modeling_vaswani.toolkit.cli.translate, modeling_vaswani.toolkit.cli.evaluate\n"
+        "from modeling_vaswani.toolkit.cli.export_ctranslate2 import main\n"
         f"main([{str(checkpoint)!r}, {str(tmp_path / 'out')!r}])\n"
     )
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)

@@ -14,7 +14,7 @@ from modeling_vaswani.toolkit.checkpoints import CheckpointError, validate_check
 from modeling_vaswani.toolkit.hub.push import (
     AUTO_MAP,
     CUSTOM_PIPELINES,
-    TEMPLATES,
+    TEMPLATE,
     EvaluationSet,
     render_model_card,
     render_template,
@@ -231,9 +231,9 @@ def test_the_renderer_refuses_fields_without_a_value():
 
 
 def test_the_template_follows_the_model_size():
-    assert template_for(VaswaniConfig.base()) == TEMPLATES / "vaswani-base.md"
-    assert template_for(VaswaniConfig.big()) == TEMPLATES / "vaswani-big.md"
-    assert template_for(VaswaniConfig.big(), "base") == TEMPLATES / "vaswani-base.md"
+    assert template_for(VaswaniConfig.base()) == (TEMPLATE, "base")
+    assert template_for(VaswaniConfig.big()) == (TEMPLATE, "big")
+    assert template_for(VaswaniConfig.big(), "base") == (TEMPLATE, "base")
     with pytest.raises(FileNotFoundError, match="no-such-template"):
         template_for(VaswaniConfig.base(), "no-such-template")
 
@@ -241,8 +241,14 @@ def test_the_template_follows_the_model_size():
 def test_both_templates_render_with_the_papers_numbers(checkpoint):
     valid = validate_checkpoint(checkpoint)
     base, big = (render_model_card(valid, "user/x", template=name) for name in ("base", "big"))
+    # The paper's column, typed here from the paper (Tables 2 and 3, Sections 5.2 and 6.1), not from the code.
     assert "| 27.3 |" in base and "| 28.4 |" in big and "| d_model | 32 | 1024 |" in big
-    assert "last 5 checkpoints" in base and "last 20" in big and "@inproceedings{vaswani2017attention," in big
+    assert "| d_model | 32 | 512 |" in base and "| h (heads) | 4 | 16 |" in big and "| P_drop | 0.0 | 0.3 |" in big
+    assert "| parameters |" in base and " | 65M |" in base and " | 213M |" in big
+    assert "100k steps (12 hours" in base and "300k steps (3.5 days" in big
+    assert (
+        "last 5 checkpoints" in base and "last 20 checkpoints" in big and "@inproceedings{vaswani2017attention," in big
+    )
 
 
 # --- staging ---

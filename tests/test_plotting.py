@@ -161,7 +161,7 @@ def test_importing_and_drawing_leave_the_programs_backend_alone(tmp_path):
     # matplotlib.use("Agg") at import, or pyplot, would switch a program's backend (here svg) behind its back.
     code = (
         "import sys, matplotlib\n"
-        "from modeling_vaswani.toolkit.plotting import plot_training_curves\n"
+        "from modeling_vaswani.toolkit.evaluation.plotting import plot_training_curves\n"
         f"plot_training_curves([{{'loss': 1.0, 'step': 1}}], {str(tmp_path / 'curves.png')!r})\n"
         "print(matplotlib.get_backend(), 'matplotlib.pyplot' in sys.modules)\n"
     )

@@ -550,10 +550,10 @@ def shard(folder):
         ("truncated_shard", ValueError, "{c}/model-00001-of-00001.safetensors is not a readable safetensors file"),
         (
             "missing_shard",
-            FileNotFoundError,
-            "{c}/model.safetensors.index.json names model-00001-of-00001.safetensors",
+            ValueError,
+            r"{c} lacks 1 of the 1 shards in model.safetensors.index.json: \['model-00001-of-00001.safetensors'\]",
         ),
-        ("bad_index", ValueError, "{c}/model.safetensors.index.json is not a safetensors index"),
+        ("bad_index", ValueError, "{c}/model.safetensors.index.json is not valid JSON"),
         ("empty_index", ValueError, "{c}/model.safetensors.index.json has no weight_map"),
     ],
 )

@@ -31,8 +31,7 @@ MULTI30K = f"{TOOLKIT}/data/multi30k"
 PACKAGE_DATA = [
     *(f"{MULTI30K}/{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de")),
     f"{MULTI30K}/README.md",
-    f"{TOOLKIT}/hub/model_cards/vaswani-base.md",
-    f"{TOOLKIT}/hub/model_cards/vaswani-big.md",
+    f"{TOOLKIT}/hub/model_card.md",
     f"{TOOLKIT}/evaluation/bleu/bleu.py",
 ]
 # Not copied for the build: what a fresh clone has not (outputs of builds, tools and runs; see .gitignore).
@@ -66,7 +65,7 @@ print(json.dumps({
     "package": modeling_vaswani.__file__,
     "modules": {name: getattr(module, "__file__", None) for name, module in sys.modules.items()
                 if name.split(".")[0] == "modeling_vaswani"},
-    "data": [str(data.MULTI30K_DIR), str(hub.TEMPLATES), str(metrics.BLEU_PATH)],
+    "data": [str(data.MULTI30K_DIR), str(hub.TEMPLATE), str(metrics.BLEU_PATH)],
     "sys_path": sys.path,
     "meta_path": [repr(finder) for finder in sys.meta_path],
     "path_hooks": [repr(hook) for hook in sys.path_hooks],

@@ -24,6 +24,7 @@ from ..configuration_vaswani import VaswaniConfig
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+RESULTS = "results.json"  # the training summary and scores vaswani-train writes beside the averaged model
 CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 
 
@@ -177,6 +178,7 @@ class Checkpoint:
     folder: Path
     config: VaswaniConfig
     parameters: int
+    results: dict | None  # results.json, where there is one
 
 
 def check_folder(folder: Path) -> None:
@@ -195,8 +197,8 @@ def check_folder(folder: Path) -> None:
 
 def validate_checkpoint(folder) -> Checkpoint:
     """The Vaswani checkpoint in `folder`, or CheckpointError naming what is missing or does not fit: a Vaswani
-    config.json, safetensors weights holding every tensor of that model at its shape, a tokenizer that fits it.
-    Local files only; no tensor is read."""
+    config.json, safetensors weights holding every tensor of that model at its shape, a tokenizer that fits it, and
+    results.json a JSON object where there is one. Local files only; no tensor is read."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder; expected a checkpoint written by save_pretrained")
@@ -206,7 +208,13 @@ def validate_checkpoint(folder) -> Checkpoint:
     check_shapes(folder, config, shapes)
     # The tied embedding matrix is stored once and the sinusoid table not at all: this is the model's parameter count.
     parameters = sum(math.prod(shape) for shape, _ in shapes.values())
-    return Checkpoint(folder, config, parameters)
+    return Checkpoint(folder, config, parameters, load_results(folder))
+
+
+def load_results(folder: Path) -> dict | None:
+    """results.json as vaswani-train writes it, or None where there is none."""
+    path = folder / RESULTS
+    return read_json(path) if path.is_file() else None
 
 
 def load_config(folder: Path) -> VaswaniConfig:

@@ -5,7 +5,7 @@ vaswani-push runs/small/averaged user/vaswani-small-multi30k
 
 Uploads the weights (safetensors), config, generation config, tokenizer, results.json, the model's code and
 translation pipeline (so the repository loads with trust_remote_code=True without this package), and README.md, the
-model card rendered from model_cards/ with the checkpoint's configuration and the BLEU of its results.json. A folder
+model card rendered from model_card.md with the checkpoint's configuration and the BLEU of its results.json. A folder
 that is not a valid checkpoint, or has no results.json (unless --no_results), is refused before anything is uploaded.
 A folder whose weights do not open, or do not match config.json (every tensor's shape is checked), and a repo_id that
 is not a Hub id are refused as well. The card names the test set that results.json records (vaswani-train writes
@@ -28,7 +28,10 @@ def main(argv=None):
     parser.add_argument("--revision", help="push to this branch, created from main if needed (default: main)")
     parser.add_argument("--commit_message", help="the commit's message")
     parser.add_argument("--no_results", action="store_true", help="a model card without evaluation section")
-    parser.add_argument("--template", help="model card template: base, big or a file (default: by d_model)")
+    parser.add_argument(
+        "--template",
+        help="base or big: the paper's model the card compares with (default: by d_model); or a card template file",
+    )
     defaults = EvaluationSet()
     for name, help_text in (
         ("dataset", "Hub id of the test set's dataset"),

@@ -2,7 +2,7 @@
 
 A checkpoint folder is checked before anything is uploaded: a Vaswani config.json, safetensors weights (one file or
 a complete sharded index) that open and hold every tensor of the model config.json describes at its shape, and a
-tokenizer that fits the model. Its model card is rendered from model_cards/ with the checkpoint's real configuration
+tokenizer that fits the model. Its model card is rendered from model_card.md with the checkpoint's real configuration
 and its measured results (results.json, written by vaswani-train); a template field without a value is an error, so
 no placeholder ever reaches the Hub. A checkpoint without results.json is refused unless the card is asked for
 without its evaluation section (`with_results=False`, `--no_results`).
@@ -26,10 +26,15 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ...configuration_vaswani import VaswaniConfig
 from ...remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
-from ..checkpoints import Checkpoint, CheckpointError, read_json, validate_checkpoint
+from ..checkpoints import RESULTS, Checkpoint, CheckpointError, read_json, validate_checkpoint
 
-TEMPLATES = Path(str(resources.files(__package__) / "model_cards"))  # package data
-RESULTS = "results.json"
+TEMPLATE = Path(str(resources.files(__package__) / "model_card.md"))  # package data
+# What the paper reports of its two models beyond their shapes: parameters (Table 3), training time (Section 5.2),
+# checkpoints averaged (Section 6.1), tokenized BLEU on newstest2014 EN-DE (Table 2).
+PAPER_MODELS = {
+    "base": {"parameters": "65M", "training_time": "12 hours", "checkpoints": 5, "bleu": 27.3},
+    "big": {"parameters": "213M", "training_time": "3.5 days", "checkpoints": 20, "bleu": 28.4},
+}
 # The card's result fields and where results.json (as vaswani-train writes it) holds them.
 RESULT_FIELDS = {
     "sacrebleu": ("test", "sacrebleu"),
@@ -57,26 +62,46 @@ class EvaluationSet:
     target_lang: str = "de"
 
 
-def load_results(folder: Path) -> dict | None:
-    """results.json as vaswani-train writes it, or None where there is none."""
-    path = folder / RESULTS
-    return read_json(path) if path.is_file() else None
-
-
 # ---------------------------------------------------------------------------------------------------------------------
 # The model card
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def template_for(config: VaswaniConfig, name: str | None = None) -> Path:
-    """model_cards/vaswani-{base,big}.md by `name`, else a template file's path; by default the big template for a
-    big-like model (d_model >= 1024), else the base one."""
-    if name is None:
-        name = "big" if config.d_model >= 1024 else "base"
-    path = TEMPLATES / f"vaswani-{name}.md" if name in ("base", "big") else Path(name)
+def template_for(config: VaswaniConfig, name: str | None = None) -> tuple[Path, str]:
+    """The card's template and the paper's model it describes the checkpoint beside: `name` "base" or "big" picks
+    that model with the package's template, another `name` is a template file; by default the big model for a
+    big-like checkpoint (d_model >= 1024), else the base one."""
+    paper_model = "big" if config.d_model >= 1024 else "base"
+    if name in PAPER_MODELS:
+        return TEMPLATE, name
+    path = TEMPLATE if name is None else Path(name)
     if not path.is_file():
         raise FileNotFoundError(f"model card template {path} not found; expected base, big or a template file")
-    return path
+    return path, paper_model
+
+
+def paper_values(paper_model: str) -> dict:
+    """The paper's column of the card: its model's shapes (the configuration's presets) and what Table 3 and the
+    text report of it."""
+    config = getattr(VaswaniConfig, paper_model)()
+    steps = VaswaniConfig.table3_training_arguments(paper_model)["max_steps"]
+    shapes = (
+        "encoder_layers",
+        "decoder_layers",
+        "d_model",
+        "d_ff",
+        "num_heads",
+        "d_k",
+        "d_v",
+        "dropout",
+        "vocab_size",
+    )
+    return {
+        "paper_model": paper_model,
+        **{f"paper_{name}": getattr(config, name) for name in shapes},
+        "paper_steps": f"{steps // 1000}k",
+        **{f"paper_{name}": value for name, value in PAPER_MODELS[paper_model].items()},
+    }
 
 
 def render_template(template: str, values: dict, sections: dict[str, bool]) -> str:
@@ -111,7 +136,7 @@ def resolve_test_set(
     if isinstance(test_set, EvaluationSet):
         return test_set
     fields = test_set or {}
-    recorded = (load_results(checkpoint.folder) or {}).get("test_set")
+    recorded = (checkpoint.results or {}).get("test_set")
     if isinstance(recorded, dict):
         try:
             base = EvaluationSet(**recorded)
@@ -151,7 +176,7 @@ def card_values(checkpoint: Checkpoint, repo_id: str, test_set: EvaluationSet) -
 
 def result_values(checkpoint: Checkpoint) -> dict:
     """The scores and the training steps from results.json; CheckpointError if it has not all of them."""
-    results = load_results(checkpoint.folder)
+    results = checkpoint.results
     if results is None:
         raise CheckpointError(
             f"{checkpoint.folder} has no {RESULTS}, so the model card would have no BLEU to report; "
@@ -186,7 +211,8 @@ def render_model_card(
     """
     values = result_values(checkpoint) if with_results else {}
     values.update(card_values(checkpoint, repo_id, resolve_test_set(checkpoint, test_set, with_results)))
-    path = template_for(checkpoint.config, template)
+    path, paper_model = template_for(checkpoint.config, template)
+    values.update(paper_values(paper_model))
     try:
         card = render_template(path.read_text(encoding="utf-8"), values, {"results": with_results})
     except CheckpointError as error:
