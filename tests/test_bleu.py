@@ -7,13 +7,12 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import evaluate
 import pytest
 import sacrebleu
+from helpers.training_setup import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 BLEU_DIR = REPO / "modeling_vaswani" / "toolkit" / "evaluation" / "bleu"
 MULTI30K_TEST_DE = REPO / "modeling_vaswani" / "toolkit" / "data" / "multi30k" / "test_2016_flickr.de.gz"
 

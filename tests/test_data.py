@@ -4,10 +4,10 @@ import csv
 import gzip
 import json
 import logging
-from pathlib import Path
 
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation
+from helpers.training_setup import REPO
 
 from modeling_vaswani.toolkit.data.corpora import (
     MULTI30K_DIR,
@@ -20,7 +20,6 @@ from modeling_vaswani.toolkit.data.corpora import (
 )
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 
-REPO = Path(__file__).resolve().parent.parent
 SCHEMA = Features({"translation": Translation(languages=["de", "en"])})
 COUNTS = {"train": 29000, "validation": 1014, "test": 1000}
 STEMS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}

@@ -238,7 +238,7 @@ def test_killed_push_keeps_the_last_commit_and_a_retry_uploads_only_the_changed_
 def test_trainer_push_to_hub_loads_without_the_package(hub_server, checkpoint, env, tmp_path):
     output = tmp_path / "run"
     script(
-        "train.py", "--model_name_or_path", checkpoint, "--output_dir", output, "--max_steps", 2,
+        "train", "--model_name_or_path", checkpoint, "--output_dir", output, "--max_steps", 2,
         "--save_strategy", "no", "--average_last_checkpoints", 0, "--report_to", "none",
         "--max_train_samples", 100, "--max_eval_samples", 4,
         "--max_tokens", 600, "--disable_tqdm", "true",

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from helpers.hub_server import HubServer, git_blob_id, run_client
+from helpers.training_setup import TESTS
 
 OUTCOME = """
 import json
@@ -301,7 +302,7 @@ def test_repos_survive_a_restart_and_the_command_line_serves_them(tmp_path):
     with HubServer(tmp_path / "hub") as server:
         server.create_repo("model", "org/kept", private=True)
         head = server.head("org/kept")
-    command = [sys.executable, str(Path(__file__).with_name("hub_server.py")), "--root", str(tmp_path / "hub")]
+    command = [sys.executable, str(TESTS / "helpers" / "hub_server.py"), "--root", str(tmp_path / "hub")]
     process = subprocess.Popen([*command, "--port", "0"], stdout=subprocess.PIPE, text=True)
     try:
         port = int(process.stdout.readline().split("HF_ENDPOINT=")[1].strip().rsplit(":", 1)[1])
