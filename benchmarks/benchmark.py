@@ -4,11 +4,16 @@ the Marian copy, and this model's own export in float32 and int8), in one run.
 The same shapes (by default the base model: 6+6 layers, d_model 512, 8 heads, d_ff 2048, vocabulary 32000; batch
 32) and the same random weights in all; each implementation and phase in a process of its own; the machine's
 matmul rate as the ceiling. The whole list runs in rounds, so that each round compares the implementations under the
-same machine load.
+same machine load. Generation and latency measure the per-step cost at fixed length: exactly 32 new tokens a
+sentence in every implementation (</s> suppressed until then), not the decoding of real text.
+
+Every process starts as the vaswani-* commands do (modeling_vaswani/toolkit/runtime.py's apply_process_settings():
+glibc's malloc keeps the memory it frees); --plain sets nothing, which is what a user's own program gets without
+calling keep_freed_memory().
 
 python benchmarks/benchmark.py --quick --json benchmark.json   # a few minutes on a small CPU
 python benchmarks/benchmark.py                                 # three interleaved rounds: the numbers to publish
-python benchmarks/benchmark.py --plain                         # as a user's own program runs: no allocator setting
+python benchmarks/benchmark.py --plain                         # a user's own program without keep_freed_memory()
 python benchmarks/benchmark.py --device cuda --dtype bfloat16 --model big --batch 768 --phases training
 """
 
@@ -17,11 +22,12 @@ import dataclasses
 import json
 from pathlib import Path
 
-import benchmarking  # this folder's library: the measuring tools are not installed
+# This folder's library: the measuring tools are not installed.
+from speed import measure, models, phases, report, runner
 
 
 def choice(check):
-    """An argparse type from one of benchmarking's checks, so that a bad value is refused with the check's reason."""
+    """An argparse type from one of the library's checks, so that a bad value is refused with the check's reason."""
 
     def parse(text: str) -> str:
         try:
@@ -36,29 +42,25 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer repetitions, the same shapes (under 3 minutes)")
     parser.add_argument("--json", type=Path, help="also write the results, ratios and machine to this JSON file")
-    parser.add_argument("--device", type=choice(benchmarking.check_device), default="cpu", help="cpu, cuda or cuda:N")
+    parser.add_argument("--device", type=choice(measure.check_device), default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument(
         "--dtype",
-        type=choice(benchmarking.check_dtype),
+        type=choice(measure.check_dtype),
         default="float32",
-        help=f"one of {', '.join(benchmarking.DTYPES)} (training: autocast over float32 weights)",
+        help=f"one of {', '.join(measure.DTYPES)} (training: autocast over float32 weights)",
     )
     parser.add_argument(
         "--implementations",
         nargs="+",
-        choices=benchmarking.IMPLEMENTATIONS,
-        default=list(benchmarking.IMPLEMENTATIONS),
+        choices=models.IMPLEMENTATIONS,
+        default=list(models.IMPLEMENTATIONS),
         help="which to measure (default: all; ctranslate2 is skipped when not installed)",
     )
-    parser.add_argument(
-        "--phases", nargs="+", choices=benchmarking.PHASES, default=list(benchmarking.PHASES), help="default: all"
-    )
+    parser.add_argument("--phases", nargs="+", choices=phases.PHASES, default=list(phases.PHASES), help="default: all")
     parser.add_argument(
         "--rounds", type=int, help="times the whole list of measurements runs, interleaved (default: 3, --quick: 1)"
     )
-    parser.add_argument(
-        "--model", choices=benchmarking.MODELS, default="base", help="Table 3's base or big (default: base)"
-    )
+    parser.add_argument("--model", choices=models.MODELS, default="base", help="Table 3's base or big (default: base)")
     parser.add_argument(
         "--batch", type=int, default=32, help="sentences a batch, training and generation (default: 32; latency: 1)"
     )
@@ -67,7 +69,8 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--plain",
         action="store_true",
-        help="no allocator setting by the benchmark: each process runs as a user's own program would",
+        help="set nothing in the processes: what a user's own program gets without calling keep_freed_memory() "
+        "(default: every process starts as the vaswani-* commands do, keeping the memory it frees)",
     )
     # The mode each measurement runs in, in a process of its own; not for users.
     parser.add_argument("--worker", help=argparse.SUPPRESS)
@@ -82,12 +85,12 @@ def parse_arguments(argv=None) -> argparse.Namespace:
 def main(argv=None) -> None:
     arguments = parse_arguments(argv)
     if arguments.worker:
-        benchmarking.worker_main(arguments.worker, arguments.worker_output)
+        phases.worker_main(arguments.worker, arguments.worker_output)
         return
-    repetitions = benchmarking.QUICK if arguments.quick else benchmarking.FULL
+    repetitions = measure.QUICK if arguments.quick else measure.FULL
     if arguments.rounds is not None:
         repetitions = dataclasses.replace(repetitions, rounds=arguments.rounds)
-    report = benchmarking.run_benchmark(
+    results = runner.run_benchmark(
         Path(__file__).resolve(),
         device=arguments.device,
         dtype=arguments.dtype,
@@ -95,13 +98,13 @@ def main(argv=None) -> None:
         implementations=arguments.implementations,
         phases=arguments.phases,
         threads=arguments.threads,
-        shapes=benchmarking.model_shapes(arguments.model, arguments.batch),
+        shapes=models.model_shapes(arguments.model, arguments.batch),
         seed=arguments.seed,
         plain=arguments.plain,
     )
-    print(benchmarking.format_table(report))
+    print(report.format_table(results))
     if arguments.json:
-        arguments.json.write_text(json.dumps(report, indent=2) + "\n")
+        arguments.json.write_text(json.dumps(results, indent=2) + "\n")
         print(f"results written to {arguments.json}")
 
 

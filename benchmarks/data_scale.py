@@ -9,7 +9,8 @@ with a `translation` column, as `wmt14` is published. Each N then runs in a fres
 `vaswani-train` runs them, calling the same library functions: loading and validation, the shared BPE vocabulary
 (37000 tokens by default), tokenization with the length filter, the token-budget sampler, and the first optimizer
 steps of Table 3's base model. Each stage reports its wall time and the peak resident memory of the process while it
-ran (sampled every 20 ms); the growth exponent of a stage is the slope of log(time) against log(N).
+ran (the kernel's high-water mark, reset at the stage's start: speed.measure.PeakMemory); the growth exponent of a
+stage is the slope of log(time) against log(N).
 """
 
 import argparse
@@ -22,11 +23,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
-from benchmarking import machine
+from speed.measure import PeakMemory
+from speed.report import cell, machine
 
 LANGUAGES = ("en", "de")
 STAGES = ("load", "tokenizer", "tokenize", "filter", "sampler", "steps")
@@ -78,28 +79,6 @@ def write_corpus(count: int, folder: Path, form: str, shard_pairs: int = 500_000
     return folder
 
 
-class PeakMemory:
-    """The largest resident set size of this process while the `with` block runs, sampled every 20 ms."""
-
-    def __enter__(self):
-        import psutil
-
-        self.process, self.peak, self.running = psutil.Process(), 0, True
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def _sample(self):
-        while self.running:
-            self.peak = max(self.peak, self.process.memory_info().rss)
-            time.sleep(0.02)
-
-    def __exit__(self, *exc):
-        self.running = False
-        self.thread.join()
-        self.peak = max(self.peak, self.process.memory_info().rss)
-
-
 def run_stages(
     corpus: Path, form: str, vocab_size: int, steps: int, max_tokens: int, model: str, num_proc: int | None
 ) -> dict:
@@ -114,9 +93,9 @@ def run_stages(
 
     def stage(name, work):
         start = time.perf_counter()
-        with PeakMemory() as memory:
-            state[name] = work()
-        results[name] = {"seconds": time.perf_counter() - start, "peak_mib": memory.peak / 2**20}
+        memory = PeakMemory("cpu").start()
+        state[name] = work()
+        results[name] = {"seconds": time.perf_counter() - start, "peak_mib": memory.peak_mib(whole=True)}
 
     with tempfile.TemporaryDirectory() as scratch:
         scratch = Path(scratch)
@@ -212,7 +191,10 @@ def format_table(runs: dict[int, dict], exponents: dict, reruns: dict[int, dict]
     sizes = sorted(runs)
     lines = [f"{'stage':<10}" + "".join(f"{f'N={n:,}':>26}" for n in sizes) + f"{'exponent':>10}"]
     for name in STAGES:
-        cells = "".join(f"{runs[n][name]['seconds']:>13.1f} s {runs[n][name]['peak_mib']:>7,.0f} MiB" for n in sizes)
+        # The peak is None where Linux's high-water mark is not to be had (macOS, Windows).
+        cells = "".join(
+            f"{runs[n][name]['seconds']:>13.1f} s {cell(runs[n][name]['peak_mib'], 0):>7} MiB" for n in sizes
+        )
         exponent = exponents[name]
         lines.append(f"{name:<10}{cells}{'-' if exponent is None else f'{exponent:.2f}':>10}")
     prepared = "".join(f"{sum(runs[n][name]['seconds'] for name in STAGES[:-1]):>15.1f} s{'':>10}" for n in sizes)

@@ -1,5 +1,6 @@
 """vaswani-convert marian against an independent reference: transformers' MarianMTModel with random weights and a
-real MarianTokenizer (a SentencePiece model trained here on Multi30k), converted; the two compute the same."""
+real MarianTokenizer (a SentencePiece model trained here on Multi30k), converted; the two compute the same. And
+`to_marian`, the other way: a round trip either way gives back the same tensors."""
 
 import copy
 import json
@@ -35,6 +36,7 @@ from modeling_vaswani.toolkit.interop.marian import (
     convert_marian,
     convert_marian_checkpoint,
     halves_to_interleaved,
+    to_marian,
 )
 
 SOURCES = ["A man in a blue shirt is riding a bike.", "Two dogs play in the snow.", "A girl sings."]
@@ -326,3 +328,58 @@ def test_the_command_refuses_an_occupied_output_folder_and_a_missing_kind(marian
     with pytest.raises(SystemExit):
         convert.main([str(marian_folder), str(tmp_path / "other")])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_ours_to_marian_and_back_gives_identical_tensors_and_logits(models, batch, marian_folder):
+    """ours -> to_marian -> convert_marian: every tensor and the logits bit for bit (the permutations only move
+    values; the round trip's configuration is the converted one's: biases, epsilon 1e-5, a logits bias, swish)."""
+    _, ours = models
+    again = convert_marian(to_marian(ours), MarianTokenizer.from_pretrained(marian_folder))
+    expected, got = ours.state_dict(), again.state_dict()
+    assert expected.keys() == got.keys()
+    assert [key for key in expected if not torch.equal(expected[key], got[key])] == []
+    with torch.no_grad():
+        assert torch.equal(again(**batch).logits, ours(**batch).logits)
+
+
+def test_marian_to_ours_and_back_gives_the_marian_weights(models):
+    marian, ours = models
+    expected, got = marian.state_dict(), to_marian(ours).state_dict()
+    assert expected.keys() == got.keys()
+    assert [key for key in expected if not torch.equal(expected[key], got[key])] == []
+
+
+def test_the_papers_model_as_marian_has_zero_biases_and_computes_the_same():
+    """The paper's configuration (no attention or logits biases) at Marian's epsilon, so that only the mapping can
+    make the logits differ; Marian's biases, which ours lacks, are zero."""
+    ours = VaswaniForConditionalGeneration(tiny_config(layer_norm_eps=1e-5)).eval()
+    marian = to_marian(ours)
+    biases = [name for name, tensor in marian.state_dict().items() if name.endswith("_proj.bias")]
+    assert len(biases) == 4 * 2 + 8 * 2  # four projections a self-attention, eight with cross-attention; 2+2 layers
+    assert all(not marian.state_dict()[name].any() for name in [*biases, "final_logits_bias"])
+    input_ids, decoder_input_ids = torch.randint(3, 61, (2, 7)), torch.randint(3, 61, (2, 5))
+    with torch.no_grad():
+        expected = ours(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits
+        got = marian(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits
+    assert expected.abs().max() > 0.1  # logits of random weights, not near zero: a wrong mapping shows
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "words"),
+    [
+        ({"position_embedding_type": "learned"}, "position_embedding_type is 'learned'; expected 'sinusoidal'"),
+        ({"tie_word_embeddings": False}, "tie_word_embeddings is False; expected True"),
+        ({"d_k": 4}, "d_k is 4; expected 8: MarianMT's d_k is d_model / h"),
+    ],
+)
+def test_what_marian_cannot_hold_is_refused_by_name(overrides, words):
+    with pytest.raises(ConversionError, match=words):
+        to_marian(VaswaniForConditionalGeneration(tiny_config(**overrides)))
+
+
+def test_a_weight_without_a_marian_counterpart_is_refused():
+    ours = VaswaniForConditionalGeneration(tiny_config())
+    ours.model.encoder.layers[0].extra = torch.nn.Linear(2, 2)
+    with pytest.raises(ConversionError, match="model.encoder.layers.0.extra.weight has no MarianMTModel counterpart"):
+        to_marian(ours)
