@@ -149,8 +149,12 @@ def test_paper_decoding_gives_our_tokens(tmp_path):
 @pytest.mark.parametrize("quantization", ["int8", "int8_float32", "int8_bfloat16", "float16", "bfloat16"])
 def test_quantized_exports_load_and_translate(tmp_path, quantization):
     model = randomized(tiny_model(seed=4, vocab_size=2000))
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     float32 = exported(model, tmp_path / "float32")
     engine = exported(model, tmp_path / quantization, quantization)
+    # CTranslate2 quantizes the arrays it is given in place: the model's own weights must come out untouched.
+    changed = [name for name, tensor in model.state_dict().items() if not torch.equal(tensor, before[name])]
+    assert not changed, changed
     ids, mask = padded_batch(LENGTHS, vocab_size=61, seed=4)
     outputs = engine.generate(ids, mask, num_beams=4, max_new_tokens=8)
     assert [len(output) for output in outputs] and all(0 < len(output) <= 8 for output in outputs)

@@ -70,7 +70,7 @@ def position_table(model: VaswaniForConditionalGeneration, stack) -> torch.Tenso
     position up to max_position_embeddings + DECODING_MARGIN."""
     config = model.config
     if config.position_embedding_type == "learned":
-        return stack.positional_encoding.weight
+        return copied(stack.positional_encoding.weight)
     return sinusoids(config.max_position_embeddings + DECODING_MARGIN, config.d_model)
 
 
@@ -140,7 +140,7 @@ class VaswaniConverter(Converter):
 def set_stack(spec, stack, positions: torch.Tensor) -> None:
     """Embeddings (times sqrt(d_model)), positions and layers of one stack."""
     embeddings = spec.embeddings[0] if isinstance(spec.embeddings, list) else spec.embeddings
-    embeddings.weight = stack.embed_tokens.weight
+    embeddings.weight = copied(stack.embed_tokens.weight)
     spec.scale_embeddings = stack.embed_scale
     spec.position_encodings.encodings = positions
     for layer_spec, layer in zip(spec.layer, stack.layers, strict=True):
@@ -166,14 +166,20 @@ def set_attention(spec, attention, sublayer, fused_kv: bool) -> None:
 
 
 def set_linear(spec, linear) -> None:
-    spec.weight = linear.weight
+    spec.weight = copied(linear.weight)
     if linear.bias is not None:
-        spec.bias = linear.bias
+        spec.bias = copied(linear.bias)
 
 
 def set_norm(spec, sublayer) -> None:
-    spec.gamma = sublayer.norm.weight
-    spec.beta = sublayer.norm.bias
+    spec.gamma = copied(sublayer.norm.weight)
+    spec.beta = copied(sublayer.norm.bias)
+
+
+def copied(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy for the spec: CTranslate2's quantization scales the arrays it is given in place (model_spec.py), and
+    the model's own weights must come out of an int8 export as they went in."""
+    return tensor.detach().clone()
 
 
 # ---------------------------------------------------------------------------------------------------------------------
