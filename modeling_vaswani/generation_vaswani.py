@@ -1,24 +1,40 @@
-"""Decoding as Section 6.1 of "Attention Is All You Need" (arXiv:1706.03762), on transformers' `generate`.
+"""Decoding as Section 6.1 of "Attention Is All You Need" (arXiv:1706.03762): `generate(..., paper_decoding=True)`.
 
 "We used beam search with a beam size of 4 and length penalty alpha = 0.6 (GNMT, Wu et al. 2016) ... set the maximum
 output length during inference to input length + 50, but terminate early when possible."
 
-Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch and transformers. It hooks
-into two private methods of transformers' beam search, the places where the length penalty enters. The penalty's
-alpha reaches them through a context variable set for the one `generate` call (never through the model, which other
-threads may be using), and `generate` refuses to return a paper-decoded result if beam search did not call both
-hooks: a transformers release that renamed them would otherwise rank with its own |Y|^alpha, silently.
+Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch and transformers. The search
+is this module's own loop (`paper_search`), which `generate` runs through its public `custom_generate` argument:
+transformers prepares the inputs, the generation config, the logits processors and the stopping criteria, and the loop
+calls the model's forward and reorders the cache through public methods only. transformers' beam search ranks
+finished hypotheses by log P(Y|X) / |Y|^alpha, and none of its public hooks can change that into GNMT's ranking.
 """
 
-import contextvars
-from dataclasses import dataclass, field
+import functools
 
 import torch
-from transformers.cache_utils import Cache, EncoderDecoderCache
-from transformers.generation import GenerationConfig, GenerationMixin, StoppingCriteria, StoppingCriteriaList
+from torch import nn
+from transformers.cache_utils import EncoderDecoderCache
+from transformers.distributed.fsdp import is_fsdp_managed_module
+from transformers.generation import (
+    GenerateBeamEncoderDecoderOutput,
+    GenerateEncoderDecoderOutput,
+    GenerationConfig,
+    GenerationMixin,
+    GenerationMode,
+    LogitsProcessorList,
+    StoppingCriteria,
+    StoppingCriteriaList,
+)
+from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
 
 logger = logging.get_logger(__name__)
+
+# What transformers' beam search gives a hypothesis that may not be chosen; kept so that scores and tokens are the same
+# as those of the beam search this loop replaced.
+EXCLUDED = -1.0e9
 
 
 def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
@@ -66,24 +82,359 @@ def paper_generation_config(config) -> GenerationConfig:
     )
 
 
-@dataclass
-class PaperRanking:
-    """GNMT's ranking for one `generate(paper_decoding=True)` call: its alpha, and the beam search hooks that applied
-    it (checked when the call ends)."""
+def sentence_limits(config, attention_mask: torch.Tensor, max_new_tokens=None, max_length=None) -> torch.Tensor:
+    """Section 6.1's "input length + 50" for each sentence, as a decoder length (the start token included), lowered
+    to a `max_new_tokens` or `max_length` cap and to the end of a table of learned positions."""
+    limits = 1 + attention_mask.sum(dim=-1) + 50
+    if max_new_tokens is not None:
+        limits = limits.clamp(max=1 + max_new_tokens)
+    if max_length is not None:
+        limits = limits.clamp(max=max_length)
+    table = config.max_position_embeddings
+    if config.position_embedding_type == "learned" and int(limits.max()) > table:
+        # Learned positions (Table 3 row E) end with their table, so decoding stops there, as the CTranslate2
+        # export's does, rather than failing mid-search.
+        logger.warning(
+            "paper_decoding: source length + 50 reaches past the %d learned positions; translations stop at %d tokens",
+            table,
+            table - 1,
+        )
+        limits = limits.clamp(max=table)
+    return limits
 
-    model: object
-    alpha: float
-    hooks_called: set[str] = field(default_factory=set)
+
+def peers_unfinished(done: bool, synced_gpus: bool, device: torch.device) -> bool:
+    """Whether to run another step. Under FSDP or ZeRO-3 every process must run the model's forward as often as the
+    others (each forward gathers the sharded weights), so a process that has finished steps on until all have."""
+    if not synced_gpus:
+        return not done
+    flag = torch.tensor(0.0 if done else 1.0, device=device)
+    torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.SUM)
+    return flag.item() > 0.0
 
 
-# Set for the duration of one paper-decoding call, in its own thread (or task): a context variable, not an attribute
-# of the model, so that concurrent calls on one model cannot see each other's ranking.
-PAPER_RANKING: contextvars.ContextVar[PaperRanking | None] = contextvars.ContextVar("paper_ranking", default=None)
-BEAM_SEARCH_HOOKS = frozenset({"_update_finished_beams", "_check_early_stop_heuristic"})
+class DecoderSteps:
+    """The model's forward for each decoding step: the encoder output as one row per sentence (the k rows of a
+    sentence's hypotheses attend over it together, see `MultiHeadAttention`), the decoder's KV cache, and logits for
+    the last position only."""
+
+    def __init__(self, model, sentences: int, model_kwargs: dict):
+        self.model = model
+        self.use_cache = model_kwargs.get("use_cache", True)
+        self.cache = model_kwargs.pop("past_key_values", None)
+        if self.cache is not None and not isinstance(self.cache, EncoderDecoderCache):
+            raise TypeError(
+                f"paper_decoding: past_key_values is a {type(self.cache).__name__}; expected an EncoderDecoderCache, "
+                "whose self-attention part alone moves with the beams"
+            )
+        encoder_outputs = model_kwargs.pop("encoder_outputs")
+        attention_mask = model_kwargs.pop("attention_mask", None)
+        # generate() has repeated the encoder output and the source mask for every hypothesis (repeat_interleave:
+        # rows s*k to s*k+k-1 for sentence s). One row of each per sentence is kept, so that its encoder-decoder keys
+        # and values are computed, cached and read once.
+        states = encoder_outputs.last_hidden_state
+        repeats = states.shape[0] // sentences
+        kept = states[::repeats]
+        if states.shape[0] != sentences * repeats or not torch.equal(kept.repeat_interleave(repeats, dim=0), states):
+            raise ValueError(
+                f"paper_decoding: an encoder output of {states.shape[0]} rows for {sentences} sentences; expected "
+                "each sentence's row repeated for its hypotheses, one after another, as transformers' generate() "
+                "repeats it (a release that changes this needs paper_search changed)"
+            )
+        self.encoder_outputs = BaseModelOutput(
+            last_hidden_state=kept,
+            hidden_states=encoder_outputs.get("hidden_states"),
+            attentions=encoder_outputs.get("attentions"),
+        )
+        self.attention_mask = None if attention_mask is None else attention_mask[::repeats]
+        model_kwargs["logits_to_keep"] = 1
+        self.model_kwargs = model_kwargs
+        self.first = True
+
+    def __call__(self, sequences: torch.LongTensor):
+        """Runs the model on the hypotheses `sequences` (rows: sentence-major, as the cache holds them)."""
+        inputs = self.model.prepare_inputs_for_generation(
+            sequences,
+            next_sequence_length=1 if self.use_cache and not self.first else None,
+            past_key_values=self.cache,
+            attention_mask=self.attention_mask,
+            encoder_outputs=self.encoder_outputs,
+            is_first_iteration=self.first,
+            **self.model_kwargs,
+        )
+        outputs = self.model(**inputs, return_dict=True)
+        self.first = False
+        if self.use_cache:
+            self.cache = outputs.past_key_values
+        return outputs
+
+    def reorder(self, beam_idx: torch.Tensor) -> None:
+        """Moves the cached decoder self-attention to the chosen beams. The encoder-decoder attention's cache is left
+        as it is: one row per sentence, and a beam only ever continues a beam of its own sentence."""
+        if self.cache is not None:
+            self.cache.self_attention_cache.reorder_cache(beam_idx)
+
+
+class Recorder:
+    """What `return_dict_in_generate` asks for, step by step (as transformers' own searches record it)."""
+
+    def __init__(self, config: GenerationConfig, encoder_outputs: BaseModelOutput):
+        wanted = config.return_dict_in_generate
+        self.scores = () if wanted and config.output_scores else None
+        self.logits = () if wanted and config.output_logits else None
+        self.decoder_attentions = () if wanted and config.output_attentions else None
+        self.cross_attentions = () if wanted and config.output_attentions else None
+        self.decoder_hidden_states = () if wanted and config.output_hidden_states else None
+        self.encoder_attentions = encoder_outputs.get("attentions") if wanted and config.output_attentions else None
+        self.encoder_hidden_states = (
+            encoder_outputs.get("hidden_states") if wanted and config.output_hidden_states else None
+        )
+
+    def add(self, outputs, logits: torch.Tensor, scores: torch.Tensor) -> None:
+        if self.scores is not None:
+            self.scores += (scores.clone(),)
+        if self.logits is not None:
+            self.logits += (logits.clone(),)
+        if self.decoder_attentions is not None:
+            self.decoder_attentions += (outputs.decoder_attentions,)
+            self.cross_attentions += (outputs.cross_attentions,)
+        if self.decoder_hidden_states is not None:
+            self.decoder_hidden_states += (outputs.decoder_hidden_states,)
+
+    def fields(self) -> dict:
+        return {
+            "scores": self.scores,
+            "logits": self.logits,
+            "encoder_attentions": self.encoder_attentions,
+            "encoder_hidden_states": self.encoder_hidden_states,
+            "decoder_attentions": self.decoder_attentions,
+            "cross_attentions": self.cross_attentions,
+            "decoder_hidden_states": self.decoder_hidden_states,
+        }
+
+
+def eos_token_ids(config: GenerationConfig) -> list[int]:
+    eos = config.eos_token_id
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def fill_token_id(config: GenerationConfig) -> int:
+    """What follows a finished hypothesis: the pad token (the first end-of-sentence token without one)."""
+    if config.pad_token_id is not None:
+        return config.pad_token_id
+    eos = eos_token_ids(config)
+    return eos[0] if eos else -1
+
+
+SEARCHES = {
+    GenerationMode.GREEDY_SEARCH,
+    GenerationMode.SAMPLE,
+    GenerationMode.BEAM_SEARCH,
+    GenerationMode.BEAM_SAMPLE,
+}
+
+
+def paper_search(
+    model,
+    input_ids: torch.LongTensor,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config: GenerationConfig,
+    *,
+    synced_gpus: bool = False,
+    streamer=None,
+    **model_kwargs,
+):
+    """Section 6.1's search, as `generate(custom_generate=paper_search)` calls it (`generate(paper_decoding=True)`
+    adds the per-sentence length limit and runs it so).
+
+    `input_ids` holds the decoder's start of every hypothesis, k rows per sentence (k = `num_beams`, or the returned
+    sequences per sentence for one beam); `model_kwargs` holds generate()'s encoder output and cache. With one beam the
+    search is greedy (or sampling), one hypothesis per row; with more it is `beam_search`.
+    """
+    mode = generation_config.get_generation_mode()
+    if mode not in SEARCHES:
+        raise ValueError(
+            f"paper_decoding: the generation settings ask for {mode.value}; expected greedy search, sampling, beam "
+            "search or beam sampling (Section 6.1 is beam search)"
+        )
+    k = max(generation_config.num_beams, generation_config.num_return_sequences)
+    if input_ids.shape[0] % k:
+        raise ValueError(
+            f"paper_decoding: {input_ids.shape[0]} decoder rows; expected a multiple of {k} (k per sentence)"
+        )
+    steps = DecoderSteps(model, input_ids.shape[0] // k, model_kwargs)
+    recorder = Recorder(generation_config, steps.encoder_outputs)
+    if generation_config.num_beams > 1:
+        if streamer is not None:
+            raise ValueError(
+                "paper_decoding: a streamer needs num_beams=1; beam search's hypotheses change until the end"
+            )
+        return beam_search(
+            input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus
+        )
+    return greedy_search(
+        input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, streamer
+    )
+
+
+def greedy_search(input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, streamer):
+    """One beam: one hypothesis per row and nothing to rank by length, so its likeliest next token (a sampled one
+    under `do_sample`) at each step, as transformers' greedy search and sampling choose. A finished row is padded."""
+    pad = torch.tensor(fill_token_id(config), device=input_ids.device)
+    pads_after_eos = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    done = False
+    while peers_unfinished(done, synced_gpus, input_ids.device):
+        outputs = steps(input_ids)
+        if synced_gpus and done:
+            continue  # forward only, in step with the other processes
+        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
+        scores = logits_processor(input_ids, logits)
+        recorder.add(outputs, logits, scores)
+        del outputs
+        if config.do_sample:
+            next_tokens = torch.multinomial(nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        else:
+            next_tokens = torch.argmax(scores, dim=-1)
+        if pads_after_eos:
+            next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+        unfinished = unfinished & ~stopping_criteria(input_ids, recorder.scores)
+        if streamer is not None:
+            streamer.put(next_tokens.cpu())
+        done = bool(unfinished.max() == 0)
+    if streamer is not None:
+        streamer.end()
+    if not config.return_dict_in_generate:
+        return input_ids
+    return GenerateEncoderDecoderOutput(sequences=input_ids, **recorder.fields(), past_key_values=steps.cache)
+
+
+def gather_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
+    """tensor[s, indices[s, j], ...] for every sentence s and chosen hypothesis j."""
+    while indices.dim() < tensor.dim():
+        indices = indices.unsqueeze(-1)
+    return torch.take_along_dim(tensor, indices, dim=1)
+
+
+def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus):
+    """Section 6.1's beam search: k = `num_beams` live hypotheses per sentence; a finished one (ended by an
+    end-of-sentence token or a stopping criterion, such as the length limit) scores log P(Y|X) / lp(Y), GNMT's
+    penalty with alpha = `length_penalty`, |Y| counting its end token.
+
+    At each step a sentence's 2k likeliest continuations (k more per extra end-of-sentence id) are ranked by
+    log P; those of the first k that finish join the sentence's k best finished hypotheses, and the k likeliest that
+    do not finish live on. A sentence's search ends when no live hypothesis can beat its k-th best finished one:
+    log-probabilities only fall as a hypothesis grows and lp(Y) only grows (alpha >= 0), so the best a live one can
+    reach is its log P now over lp at the longest length allowed (tensor2tensor's bound). Ties go as torch.topk orders
+    them. These are transformers' beam search's rules (`early_stopping` too), with GNMT's ranking in place of
+    |Y|^alpha; the loop replaced one that hooked into that beam search, and gives its tokens and scores.
+    """
+    k = config.num_beams
+    sentences, (rows, cur_len) = input_ids.shape[0] // k, input_ids.shape
+    prompt_len, max_length, alpha = cur_len, config.max_length, config.length_penalty
+    device = input_ids.device
+    candidates = max(2, 1 + len(eos_token_ids(config))) * k  # enough for k live ones if k of them finish
+    among_first_k = torch.arange(candidates, device=device) < k
+    stops_when_full = config.early_stopping is True  # k finished hypotheses end a sentence, better or not
+
+    running = torch.full((sentences, k, max_length), fill_token_id(config), dtype=torch.int64, device=device)
+    running[:, :, :cur_len] = input_ids.view(sentences, k, cur_len)
+    finished = running.clone()
+    # The k copies of the start differ only in score: the first one alone continues at the first step.
+    running_scores = torch.zeros((sentences, k), dtype=torch.float, device=device)
+    running_scores[:, 1:] = EXCLUDED
+    finished_scores = torch.full((sentences, k), EXCLUDED, dtype=torch.float, device=device)
+    is_finished = torch.zeros((sentences, k), dtype=torch.bool, device=device)
+    can_improve = torch.ones((sentences, 1), dtype=torch.bool, device=device)
+    # Per hypothesis and step, the row (sentence * k + beam) it continued: `beam_indices` of generate's output.
+    running_origins = torch.full((sentences, k, max_length - cur_len), -1, dtype=torch.int32, device=device)
+    finished_origins = running_origins.clone()
+    sentence_offset = torch.arange(sentences, device=device).view(-1, 1) * k
+    best_reachable_penalty = gnmt_length_penalty(max_length - prompt_len, alpha)
+
+    done = False
+    while peers_unfinished(done, synced_gpus, device):
+        hypotheses = running[:, :, :cur_len].reshape(rows, cur_len)
+        outputs = steps(hypotheses)
+        if synced_gpus and done:
+            continue  # forward only, in step with the other processes
+        logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
+        log_probs = logits_processor(hypotheses, nn.functional.log_softmax(logits, dim=-1))
+        recorder.add(outputs, logits, log_probs)
+        del outputs
+
+        # The 2k likeliest continuations of each sentence, over all its beams.
+        totals = (log_probs.view(sentences, k, -1) + running_scores[:, :, None]).view(sentences, -1)
+        if config.do_sample:
+            chosen = torch.multinomial(nn.functional.softmax(totals, dim=-1), num_samples=candidates)
+            chosen_scores = torch.gather(totals, 1, chosen)
+        else:
+            chosen_scores, chosen = torch.topk(totals, k=candidates)
+        vocab_size = totals.shape[-1] // k
+        beam = chosen // vocab_size
+        extended = gather_beams(running, beam)
+        extended[:, :, cur_len] = chosen % vocab_size
+        extended_origins = gather_beams(running_origins, beam)
+        extended_origins[:, :, cur_len - prompt_len] = beam + sentence_offset
+        ends = stopping_criteria(extended[:, :, : cur_len + 1].reshape(sentences * candidates, -1), recorder.scores)
+        ends = ends.view(sentences, candidates)
+
+        # The k likeliest that do not end live on.
+        live_scores = chosen_scores + ends.to(torch.float32) * EXCLUDED
+        keep = torch.topk(live_scores, k=k)[1]
+        running = gather_beams(extended, keep)
+        running_scores = gather_beams(live_scores, keep)
+        running_origins = gather_beams(extended_origins, keep)
+
+        # Those of the first k that end compete, by GNMT's score, with the sentence's k best finished ones.
+        finish_now = ends & among_first_k[None, :]
+        finish_scores = chosen_scores / gnmt_length_penalty(cur_len + 1 - prompt_len, alpha)
+        finish_scores += (torch.all(is_finished, dim=-1, keepdim=True) & stops_when_full).to(torch.float32) * EXCLUDED
+        finish_scores += (~can_improve).to(torch.float32) * EXCLUDED
+        finish_scores += (~finish_now) * EXCLUDED
+        best = torch.topk(torch.cat((finished_scores, finish_scores), dim=1), k=k)[1]
+        finished = gather_beams(torch.cat((finished, extended), dim=1), best)
+        finished_scores = gather_beams(torch.cat((finished_scores, finish_scores), dim=1), best)
+        finished_origins = gather_beams(torch.cat((finished_origins, extended_origins), dim=1), best)
+        is_finished = gather_beams(torch.cat((is_finished, finish_now), dim=1), best)
+
+        steps.reorder(running_origins[..., cur_len - prompt_len].reshape(rows))
+        cur_len += 1
+
+        best_reachable = running_scores[:, :1] / best_reachable_penalty
+        worst_finished = torch.where(is_finished, torch.min(finished_scores, dim=1, keepdim=True)[0], EXCLUDED)
+        can_improve = can_improve & torch.any(best_reachable > worst_finished, dim=-1, keepdim=True)
+        full = bool(torch.all(is_finished)) and stops_when_full
+        done = not (bool(torch.any(can_improve)) and not full and not bool(torch.all(ends)))
+
+    n = config.num_return_sequences
+    sequences = finished[:, :n].reshape(sentences * n, -1)
+    scores = finished_scores[:, :n].reshape(-1)
+    origins = finished_origins[:, :n].reshape(sentences * n, -1)
+    generated = int((origins + 1).bool().sum(dim=1).max())  # the longest returned hypothesis
+    sequences, origins = sequences[:, : prompt_len + generated], origins[:, :generated]
+    if not config.return_dict_in_generate:
+        return sequences
+    return GenerateBeamEncoderDecoderOutput(
+        sequences=sequences,
+        sequences_scores=scores if config.output_scores else None,
+        beam_indices=origins,
+        **recorder.fields(),
+        past_key_values=steps.cache,
+    )
+
+
+def default_synced_gpus(model) -> bool:
+    """generate()'s own default: sharded weights (FSDP, ZeRO-3) over more than one process."""
+    distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
+    world_size = torch.distributed.get_world_size() if distributed else 1
+    return (is_deepspeed_zero3_enabled() or is_fsdp_managed_module(model)) and world_size > 1
 
 
 class VaswaniGenerationMixin(GenerationMixin):
-    """`generate(..., paper_decoding=True)`, and beams that share their sentence's encoder output.
+    """`generate(..., paper_decoding=True)`; without it, transformers' own `generate`.
 
     Named `...GenerationMixin`: transformers takes a model whose base class is so named for one that can generate."""
 
@@ -99,8 +450,10 @@ class VaswaniGenerationMixin(GenerationMixin):
           learned positions end (a warning says so); the search over a sentence ends as soon as no live beam can beat
           its finished ones.
 
-        In both modes a source row that is all padding (its `attention_mask`, or its ids against the pad id, all zero)
-        raises a ValueError naming the row.
+        Logits processors, stopping criteria, `num_return_sequences`, `do_sample`, `use_cache`, the cache
+        implementation and `return_dict_in_generate` with its `output_*` flags apply as in `generate`; the search is
+        `paper_search`, run through `generate(custom_generate=...)`. In both modes a source row that is all padding
+        (its `attention_mask`, or its ids against the pad id, all zero) raises a ValueError naming the row.
         """
         input_ids = kwargs.get("input_ids", args[0] if args else None)
         attention_mask = kwargs.get("attention_mask")
@@ -112,110 +465,27 @@ class VaswaniGenerationMixin(GenerationMixin):
             return super().generate(*args, **kwargs)
         if input_ids is None:
             raise ValueError("paper_decoding needs input_ids to know each sentence's length")
-        limits = 1 + attention_mask.sum(dim=-1) + 50  # decoder lengths, the start token included
-        max_new_tokens, max_length = kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)
-        if max_new_tokens is not None:
-            limits = limits.clamp(max=1 + max_new_tokens)
-        if max_length is not None:
-            limits = limits.clamp(max=max_length)
-        table = self.config.max_position_embeddings
-        if self.config.position_embedding_type == "learned" and int(limits.max()) > table:
-            # Learned positions (Table 3 row E) end with their table, so decoding stops there, as the CTranslate2
-            # export's does, rather than failing mid-search.
-            logger.warning(
-                "paper_decoding: source length + 50 reaches past the %d learned positions; translations stop at %d "
-                "tokens",
-                table,
-                table - 1,
-            )
-            limits = limits.clamp(max=table)
+        for other_search in ("custom_generate", "assistant_model"):
+            if (value := kwargs.get(other_search)) is not None:
+                shown = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
+                raise ValueError(f"paper_decoding runs its own search; got {other_search}={shown} as well")
+        limits = sentence_limits(
+            self.config, attention_mask, kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)
+        )
 
         generation_config = kwargs.get("generation_config") or self.generation_config
         alpha = kwargs.pop("length_penalty", generation_config.length_penalty)
         num_beams = kwargs.setdefault("num_beams", generation_config.num_beams)
+        if num_beams > 1:  # greedy search ranks nothing: generate() would warn that the penalty goes unused
+            kwargs["length_penalty"] = alpha
         criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
         criteria.append(MaxLengthPerSentence(limits))
-        ranking = PaperRanking(self, alpha)
-        token = PAPER_RANKING.set(ranking)
-        try:
-            output = super().generate(
-                *args,
-                max_new_tokens=int(limits.max()) - 1,
-                stopping_criteria=criteria,
-                length_penalty=alpha,
-                **kwargs,
-            )
-        finally:
-            PAPER_RANKING.reset(token)
-        if num_beams > 1 and ranking.hooks_called != BEAM_SEARCH_HOOKS:
-            missing = sorted(BEAM_SEARCH_HOOKS - ranking.hooks_called)
-            raise RuntimeError(
-                f"paper_decoding: transformers' beam search did not call {', '.join(missing)}, where GNMT's length "
-                "penalty (Section 6.1) replaces its own; this transformers release ranks hypotheses by |Y|^alpha "
-                "instead. Use the transformers version this model was tested with (see its setup.py)."
-            )
-        return output
-
-    def _paper_ranking(self, hook: str) -> PaperRanking | None:
-        ranking = PAPER_RANKING.get()
-        if ranking is None or ranking.model is not self:
-            return None
-        ranking.hooks_called.add(hook)
-        return ranking
-
-    # The two hooks of transformers' beam search (generation/utils.py) where the length penalty enters. Only under
-    # paper_decoding: scores are divided by GNMT's lp here, and transformers' own |Y|^alpha is switched off (0).
-    def _update_finished_beams(self, *, topk_log_probs, cur_len, decoder_prompt_len, length_penalty, **kwargs):
-        if ranking := self._paper_ranking("_update_finished_beams"):
-            output_length = cur_len + 1 - decoder_prompt_len  # |Y|, the end-of-sentence token included
-            topk_log_probs = topk_log_probs / gnmt_length_penalty(output_length, ranking.alpha)
-            length_penalty = 0.0
-        return super()._update_finished_beams(
-            topk_log_probs=topk_log_probs,
-            cur_len=cur_len,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
+        synced_gpus = kwargs.pop("synced_gpus", None)
+        search = functools.partial(
+            paper_search,
+            synced_gpus=default_synced_gpus(self) if synced_gpus is None else synced_gpus,
+            streamer=kwargs.get("streamer"),
         )
-
-    def _check_early_stop_heuristic(
-        self, *, running_beam_scores, max_length, decoder_prompt_len, length_penalty, **kwargs
-    ):
-        if ranking := self._paper_ranking("_check_early_stop_heuristic"):
-            # Log-probabilities only fall as a hypothesis grows while lp(Y) only grows, so the best any live beam can
-            # still reach is its score now divided by lp at the maximum length (tensor2tensor's exact bound).
-            running_beam_scores = running_beam_scores / gnmt_length_penalty(
-                max_length - decoder_prompt_len, ranking.alpha
-            )
-            length_penalty = 0.0
-        return GenerationMixin._check_early_stop_heuristic(
-            running_beam_scores=running_beam_scores,
-            max_length=max_length,
-            decoder_prompt_len=decoder_prompt_len,
-            length_penalty=length_penalty,
-            **kwargs,
+        return super().generate(
+            *args, max_new_tokens=int(limits.max()) - 1, stopping_criteria=criteria, custom_generate=search, **kwargs
         )
-
-    def _expand_inputs_for_generation(self, expand_size=1, is_encoder_decoder=False, input_ids=None, **model_kwargs):
-        """generate() repeats every input once per beam (or returned sequence) of a sentence; the encoder output and
-        its padding mask stay one per sentence, since the hypotheses of a sentence share them (MultiHeadAttention).
-
-        Its encoder-decoder attention keys and values are then computed and read once per sentence, not once per beam.
-        A returned `encoder_hidden_states` or `encoder_attentions` has one row per sentence accordingly.
-        """
-        shared = {key: model_kwargs.pop(key) for key in ("encoder_outputs", "attention_mask") if key in model_kwargs}
-        input_ids, model_kwargs = super()._expand_inputs_for_generation(expand_size, False, input_ids, **model_kwargs)
-        return input_ids, {**model_kwargs, **shared}
-
-    def _reorder_cache(self, past_key_values: Cache, beam_idx: torch.LongTensor) -> Cache:
-        """Beam search's reordering of the cache after each step, in which only the decoder's self-attention moves.
-
-        A beam only ever continues a beam of its own sentence, and the encoder-decoder attention keys and values
-        (Section 3.2.3) are the sentence's own: one row per sentence (see `_expand_inputs_for_generation`), or rows
-        equal for its beams where the encoder output was repeated per beam. transformers' default indexes them by beam.
-        """
-        if isinstance(past_key_values, EncoderDecoderCache):
-            past_key_values.self_attention_cache.reorder_cache(beam_idx)
-        else:
-            past_key_values.reorder_cache(beam_idx)
-        return past_key_values

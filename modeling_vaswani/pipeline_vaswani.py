@@ -24,7 +24,10 @@ class VaswaniTranslationPipeline(Pipeline):
     _load_image_processor = False
     _load_feature_extractor = False
     _load_video_processor = False
-    _pipeline_calls_generate = True
+    # Not `_pipeline_calls_generate`: that flag has Pipeline.__init__ set the generation arguments given at creation
+    # apart, for a private method to merge into each call's. Without it every argument, at creation or per call,
+    # takes the public route: `_sanitize_parameters`, whose results Pipeline merges (the call's over creation's),
+    # then `_forward`.
 
     def __call__(self, inputs, **kwargs):
         if isinstance(inputs, list) and not inputs:
@@ -47,7 +50,6 @@ class VaswaniTranslationPipeline(Pipeline):
         return self.tokenizer(text, return_tensors="pt")
 
     def _forward(self, model_inputs, paper_decoding=True, **generate_kwargs):
-        generate_kwargs = self._prepare_generate_kwargs(generate_kwargs)
         output_ids = self.model.generate(**model_inputs, paper_decoding=paper_decoding, **generate_kwargs)
         # (texts, sequences per text, length): the pipeline's iterator hands postprocess one text at a time.
         texts = model_inputs["input_ids"].shape[0]

@@ -4,7 +4,7 @@ batches, its options, and checkpoints that declare it as remote code (`custom_pi
 import json
 
 import pytest
-from training_setup import tiny_checkpoint
+from helpers.training_setup import tiny_checkpoint
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_vaswani import VaswaniConfig, VaswaniTranslationPipeline
@@ -79,3 +79,15 @@ def test_a_checkpoint_declaring_the_pipeline_needs_no_trust_remote_code_here(che
     again = pipeline("vaswani-translation", model=str(declaring))
     assert type(again) is VaswaniTranslationPipeline
     assert again(SENTENCES[0]) == translator(SENTENCES[0])
+
+
+def test_generate_options_given_at_creation_apply_to_every_call(checkpoint):
+    """They reach generate() through the pipeline's public hooks; a call's own options win over them."""
+    capped = pipeline(
+        "vaswani-translation", model=str(checkpoint), paper_decoding=False, num_beams=1, max_new_tokens=4
+    )
+    expected = generated_texts(checkpoint, SENTENCES[:1], paper_decoding=False, num_beams=1, max_new_tokens=4)
+    assert capped(SENTENCES[0]) == [{"translation_text": expected[0]}]
+    longer = generated_texts(checkpoint, SENTENCES[:1], paper_decoding=False, num_beams=1, max_new_tokens=7)
+    assert longer != expected, "the two caps must translate differently for the test to mean anything"
+    assert capped(SENTENCES[0], max_new_tokens=7) == [{"translation_text": longer[0]}]
