@@ -1,16 +1,17 @@
 """The training recipe of Section 5 on Seq2SeqTrainer: defaults, Equation 3, token batches, averaging, saving."""
 
+import json
 import time
 
 import pytest
 import torch
 from helpers.training_setup import tiny_checkpoint, tokenized_slice
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_vaswani.toolkit.training.averaging import average_checkpoints
 from modeling_vaswani.toolkit.training.presets import preset_config
-from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments, check_private_hooks
 
 
 @pytest.fixture(scope="module")
@@ -18,13 +19,14 @@ def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
-def make_trainer(checkpoint, output_dir, examples: int = 200, **overrides) -> VaswaniTrainer:
+def make_trainer(checkpoint, output_dir, examples: int = 200, eval_dataset=None, **overrides) -> VaswaniTrainer:
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
     settings = dict(output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
     args = VaswaniTrainingArguments(**{**settings, **overrides})
+    train = tokenized_slice(tokenizer, examples)
     return VaswaniTrainer(
-        model=model, args=args, train_dataset=tokenized_slice(tokenizer, examples), processing_class=tokenizer
+        model=model, args=args, train_dataset=train, eval_dataset=eval_dataset, processing_class=tokenizer
     )
 
 
@@ -65,8 +67,12 @@ def test_explicit_peak_learning_rate_keeps_the_shape(checkpoint, tmp_path):
 def test_token_budget_batches_through_the_trainer(checkpoint, tmp_path):
     trainer = make_trainer(checkpoint, tmp_path, examples=300, max_tokens=240)
     dataset = trainer.train_dataset
+    # A column the model does not take is left out, as the Trainer leaves it out of its own batches (text would
+    # make the collator fail).
+    trainer.train_dataset = dataset.add_column("note", ["text"] * len(dataset))
     seen = []
     for batch in trainer.get_train_dataloader():
+        assert set(batch) == {"input_ids", "attention_mask", "labels", "decoder_input_ids"}
         assert batch["input_ids"].numel() <= 240 and batch["labels"].numel() <= 240  # padded sizes
         assert torch.equal(batch["decoder_input_ids"][:, 1:], batch["labels"][:, :-1].clamp(min=1))
         seen.extend(int(n) for n in batch["attention_mask"].sum(-1))
@@ -116,6 +122,51 @@ def test_a_failed_save_leaves_no_checkpoint(checkpoint, tmp_path, monkeypatch):
     assert (tmp_path / "checkpoint-1" / "trainer_state.json").exists()
     assert not (tmp_path / "checkpoint-2").exists()  # the half-written one stays under its temporary name
     assert get_last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-1")
+
+
+def test_the_best_checkpoint_is_named_where_it_ends_up(checkpoint, tmp_path):
+    """The Trainer records the best checkpoint as the folder it wrote, the staging one: renamed, it must be named by
+    its final path, in the Trainer's state and in the checkpoint's trainer_state.json (--load_best_model_at_end)."""
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    trainer = make_trainer(
+        checkpoint, tmp_path, max_steps=2, save_steps=1, eval_steps=1, eval_strategy="steps", max_tokens=200,
+        load_best_model_at_end=True, metric_for_best_model="loss", greater_is_better=False,
+        predict_with_generate=False, eval_dataset=tokenized_slice(tokenizer, 4, split="validation"),
+    )  # fmt: skip
+    trainer.train()
+    best = trainer.state.best_model_checkpoint
+    assert best in (str(tmp_path / "checkpoint-1"), str(tmp_path / "checkpoint-2"))
+    for step in (1, 2):
+        saved = json.loads((tmp_path / f"checkpoint-{step}" / "trainer_state.json").read_text())
+        assert saved["best_model_checkpoint"] in (str(tmp_path / "checkpoint-1"), str(tmp_path / "checkpoint-2"))
+
+
+def test_each_training_run_starts_equation_3_afresh(checkpoint, tmp_path):
+    trainer = make_trainer(checkpoint, tmp_path, max_steps=2, save_strategy="no", warmup_steps=4, max_tokens=200)
+    trainer.train()
+    first = trainer.lr_scheduler
+    trainer.train()
+    assert trainer.lr_scheduler is not first and trainer.lr_scheduler.last_epoch == 2  # not 4: a schedule anew
+
+
+def test_a_changed_private_hook_of_the_trainer_fails_loudly(checkpoint, tmp_path, monkeypatch):
+    check_private_hooks()  # the installed transformers: every overridden private method as expected
+
+    class Gone(Seq2SeqTrainer):
+        _load_from_checkpoint = None
+
+    with pytest.raises(RuntimeError, match=r"Gone\._load_from_checkpoint has parameters None"):
+        check_private_hooks(Gone)
+    monkeypatch.setattr(Seq2SeqTrainer, "_save_checkpoint", lambda self, model, trial, metrics=None: None)
+    with pytest.raises(RuntimeError, match=r"Seq2SeqTrainer\._save_checkpoint has parameters .*'metrics'"):
+        make_trainer(checkpoint, tmp_path)  # checked as a VaswaniTrainer is built
+
+
+def test_a_trainer_that_no_longer_saves_where_it_is_told_fails_loudly(checkpoint, tmp_path):
+    trainer = make_trainer(checkpoint, tmp_path, max_steps=1, save_steps=1, max_tokens=200)
+    trainer._get_output_dir = lambda trial: str(tmp_path)  # as if _save_checkpoint no longer asked VaswaniTrainer's
+    with pytest.raises(RuntimeError, match="no longer writes where _get_output_dir says"):
+        trainer.train()
 
 
 def test_preset_config_takes_the_tokenizers_vocabulary(checkpoint):

@@ -14,10 +14,12 @@ those that would not measure Table 3's columns (--model_name_or_path, --resume_f
 import logging
 from pathlib import Path
 
+from ..runtime import apply_process_settings
 from ..training.ablation import parse_arguments, run
 
 
 def main(argv=None):
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     arguments = parse_arguments(argv)
     run(*arguments)

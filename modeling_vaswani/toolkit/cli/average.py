@@ -11,6 +11,7 @@ What a killed run left beside --output is cleaned up, or restored, first.
 import argparse
 
 from ..checkpoints import find_checkpoints
+from ..runtime import apply_process_settings
 from ..training.averaging import average_checkpoints
 from .arguments import positive_int
 
@@ -34,6 +35,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 
 def main(argv=None) -> None:
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser, arguments = parse_arguments(argv)
     try:
         checkpoints = arguments.checkpoints or find_checkpoints(arguments.output_dir_of_training, arguments.last)

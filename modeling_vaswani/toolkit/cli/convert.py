@@ -17,6 +17,7 @@ import argparse
 
 from ..interop.fairseq import convert_fairseq_checkpoint, find_release_files
 from ..interop.marian import convert_marian_checkpoint, departures
+from ..runtime import apply_process_settings
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -51,6 +52,7 @@ def convert(arguments: argparse.Namespace):
 
 
 def main(argv=None) -> None:
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser, arguments = parse_arguments(argv)
     try:
         source, converted = convert(arguments)

@@ -16,6 +16,7 @@ import json
 from ..data.corpora import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..evaluation.metrics import bleu
 from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
+from ..runtime import apply_process_settings
 from ..serving.engines import ENGINES, load_translator
 from .arguments import check_output_path, positive_int
 
@@ -46,6 +47,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 
 def main(argv=None):
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser, arguments = parse_arguments(argv)
     if arguments.source:
         source, reference = arguments.source, arguments.reference

@@ -12,6 +12,8 @@ the int8 kinds store the weights in 8 bits (about a quarter of the size) and run
 
 import argparse
 
+from ..runtime import apply_process_settings
+
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -27,6 +29,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 
 def main(argv=None) -> None:
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser, arguments = parse_arguments(argv)
     try:
         from ..interop.ctranslate2 import export_ctranslate2  # CTranslate2 is optional: imported only here

@@ -14,6 +14,7 @@ from pathlib import Path
 from ..checkpoints import load_model_and_tokenizer
 from ..evaluation.plotting import ATTENTION_KINDS, plot_attention
 from ..evaluation.translate import check_sentences
+from ..runtime import apply_process_settings
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -52,6 +53,7 @@ def check_choices(config, kinds, layers, heads) -> None:
 
 
 def main(argv=None):
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser, arguments = parse_arguments(argv)
     try:
         model, tokenizer = load_model_and_tokenizer(arguments.model, trust_remote_code=arguments.trust_remote_code)

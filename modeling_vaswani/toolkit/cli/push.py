@@ -18,9 +18,11 @@ import argparse
 
 from ..checkpoints import CheckpointError
 from ..hub.push import EvaluationSet, push_checkpoint
+from ..runtime import apply_process_settings
 
 
 def main(argv=None):
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="checkpoint folder, e.g. OUTPUT_DIR/averaged of vaswani-train")
     parser.add_argument("repo_id", help="the Hub repository, e.g. user/vaswani-base-wmt14-en-de")

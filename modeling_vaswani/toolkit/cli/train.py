@@ -13,10 +13,12 @@ import sys
 
 import torch
 
+from ..runtime import apply_process_settings
 from ..training.recipe import parse_arguments, run
 
 
 def main(argv=None):
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     results = run(*parse_arguments(argv))
     test = results.get("test")

@@ -11,9 +11,11 @@ import argparse
 from pathlib import Path
 
 from ..data.tokenizer import train_tokenizer
+from ..runtime import apply_process_settings
 
 
 def main(argv=None):
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", nargs="+", required=True, help="text files, one sentence per line (.gz allowed)")
     parser.add_argument("--vocab_size", type=int, default=37000, help="BPE vocabulary size (paper: 37000 for EN-DE)")

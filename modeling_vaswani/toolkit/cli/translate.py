@@ -15,6 +15,7 @@ import io
 import sys
 
 from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
+from ..runtime import apply_process_settings
 from ..serving.engines import ENGINES, load_translator
 from .arguments import check_output_path, positive_int, read_input
 
@@ -42,6 +43,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 
 def main(argv=None):
+    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser, arguments = parse_arguments(argv)
     try:
         if arguments.output:

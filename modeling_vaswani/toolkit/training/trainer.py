@@ -7,6 +7,7 @@ logging); written here by hand is only what it lacks: the exact lrate formula of
 Trainer writes checkpoint-N in place, so a kill while saving leaves a folder that resuming would take as complete).
 """
 
+import inspect
 import logging
 import math
 import os
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+import transformers
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
@@ -27,9 +29,36 @@ from transformers.trainer_utils import rotate_checkpoints
 
 from ..checkpoints import find_checkpoints
 from ..data.batching import TokenBudgetBatchSampler
+from ..runtime import apply_process_settings
 from .averaging import average_checkpoints
 
 logger = logging.getLogger(__name__)
+
+# The Trainer's private methods VaswaniTrainer overrides, where transformers offers no public hook, with the parameters
+# they have in transformers 5.23. An override of a method that was renamed or changed would be skipped or called
+# wrongly without a word, so each is checked when a VaswaniTrainer is built (check_private_hooks).
+PRIVATE_HOOKS = {
+    # Where _save_checkpoint writes checkpoint-N: the one way to stage it under another name (atomic checkpoints).
+    "_get_output_dir": ("self", "trial"),
+    # The one place that both knows a checkpoint is being written and runs after its last file is written.
+    "_save_checkpoint": ("self", "model", "trial"),
+    # The one place that loads a resumed run's weights into the FSDP-prepared model (accelerate's loader fails).
+    "_load_from_checkpoint": ("self", "resume_from_checkpoint", "model"),
+}
+
+
+def check_private_hooks(trainer_class: type = Seq2SeqTrainer) -> None:
+    """Raises RuntimeError naming the member if a private method in PRIVATE_HOOKS is gone from `trainer_class` or
+    has other parameters than VaswaniTrainer's override expects."""
+    for name, expected in PRIVATE_HOOKS.items():
+        member = getattr(trainer_class, name, None)
+        found = tuple(inspect.signature(member).parameters) if callable(member) else None
+        if found != expected:
+            raise RuntimeError(
+                f"transformers {transformers.__version__}: {trainer_class.__name__}.{name} has parameters {found} "
+                f"(None: it is gone); VaswaniTrainer overrides it expecting {expected}, for want of a public hook. "
+                "Adapt modeling_vaswani/toolkit/training/trainer.py to this transformers, or install one it supports"
+            )
 
 
 def paper_learning_rate(step: int, d_model: int, warmup_steps: int) -> float:
@@ -156,6 +185,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer with Equation 3's schedule, token-budget batches and the paper's decoding for evaluation."""
 
     def __init__(self, model=None, args: VaswaniTrainingArguments = None, data_collator=None, **kwargs):
+        check_private_hooks()
+        apply_process_settings()  # for this process only; toolkit/runtime.py says why
         if args.paper_schedule and args.learning_rate == 0:
             # Equation 3 peaks at step = warmup_steps: d_model^-0.5 * warmup_steps^-0.5.
             args.learning_rate = paper_learning_rate(int(args.warmup_steps), model.config.d_model, args.warmup_steps)
@@ -170,6 +201,14 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if args.average_last_checkpoints:
             callbacks.append(AverageCheckpointsCallback())
         super().__init__(model=model, args=args, data_collator=data_collator, callbacks=callbacks, **kwargs)
+        self._equation_3_scheduler = None
+
+    def train(self, *args, **kwargs):
+        # Each run starts Equation 3 afresh (a resumed one then loads its scheduler's state), as the Trainer does with
+        # the schedulers it makes; one given to the constructor (optimizers=...) is kept.
+        if self.lr_scheduler is self._equation_3_scheduler:
+            self.lr_scheduler = None
+        return super().train(*args, **kwargs)
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if not self.args.paper_schedule:
@@ -183,13 +222,18 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 return min(step / warmup, math.sqrt(warmup / step))
 
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, equation_3)
-            self._created_lr_scheduler = True
+            self._equation_3_scheduler = self.lr_scheduler
         return self.lr_scheduler
 
     def get_train_dataloader(self) -> DataLoader:
         if self.args.max_tokens is None:
             return super().get_train_dataloader()
-        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        dataset = self.train_dataset
+        if self.args.remove_unused_columns:
+            # What the Trainer keeps of a dataset: the columns the model's forward takes, and the label columns.
+            taken = {*inspect.signature(self.accelerator.unwrap_model(self.model).forward).parameters}
+            taken |= {"label", "label_ids", *self.label_names}
+            dataset = dataset.select_columns([name for name in dataset.column_names if name in taken])
         sampler = TokenBudgetBatchSampler.from_dataset(
             dataset,
             self.args.max_tokens,
@@ -225,15 +269,15 @@ class VaswaniTrainer(Seq2SeqTrainer):
             test_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
         )
 
-    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None):
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None):  # PRIVATE_HOOKS says why
         if self.is_fsdp_enabled and self.accelerator.is_fsdp2:
             return load_full_weights_into_fsdp2(model or self.model, resume_from_checkpoint)
         return super()._load_from_checkpoint(resume_from_checkpoint, model)
 
-    def _get_output_dir(self, trial):
+    def _get_output_dir(self, trial):  # PRIVATE_HOOKS says why
         return getattr(self, "_staging_dir", None) or super()._get_output_dir(trial)
 
-    def _save_checkpoint(self, model, trial):
+    def _save_checkpoint(self, model, trial):  # PRIVATE_HOOKS says why
         """Writes checkpoint-N under OUTPUT_DIR/.tmp-checkpoint-N and renames it into place once complete."""
         run_dir = Path(super()._get_output_dir(trial))
         name = f"checkpoint-{self.state.global_step}"
@@ -248,7 +292,18 @@ class VaswaniTrainer(Seq2SeqTrainer):
         finally:
             self._staging_dir = None
         self.accelerator.wait_for_everyone()  # every rank has written its part (RNG states, sharded optimizers)
+        renamed_best = self.state.best_model_checkpoint == str(staging / name)  # the Trainer names where it wrote
+        if renamed_best:  # else --load_best_model_at_end would look for it there, and rotation would not spare it
+            self.state.best_model_checkpoint = str(run_dir / name)
         if self.args.should_save:
+            if not (staging / name / "trainer_state.json").is_file():  # the Trainer's last file of a checkpoint
+                raise RuntimeError(
+                    f"transformers {transformers.__version__} wrote no {staging / name / 'trainer_state.json'}: its "
+                    "Trainer._save_checkpoint no longer writes where _get_output_dir says, which VaswaniTrainer "
+                    "relies on to write checkpoints atomically; adapt modeling_vaswani/toolkit/training/trainer.py"
+                )
+            if renamed_best:
+                self.state.save_to_json(str(staging / name / "trainer_state.json"))
             final = run_dir / name
             if final.exists():
                 shutil.rmtree(final)
