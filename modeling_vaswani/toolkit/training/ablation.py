@@ -30,24 +30,21 @@ from pathlib import Path
 
 import torch
 from matplotlib.figure import Figure
-from transformers import HfArgumentParser, set_seed
+from transformers import set_seed
 
 from ...configuration_vaswani import TABLE_3_COLUMNS, VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
 from ..data.corpora import tokenize_pairs
-from ..evaluation.metrics import bleu
 from ..evaluation.plotting import DPI
-from ..evaluation.translate import translate, write_lines
-from .presets import PRESETS, preset_config
+from .presets import preset_config, preset_overrides
 from .recipe import (
-    DataArguments,
-    ModelArguments,
     load_data,
     prepare_tokenizer,
-    sources_and_references,
-    validation_bleu,
+    train_model,
+    translate_and_score,
 )
-from .trainer import VaswaniTrainer, VaswaniTrainingArguments
+from .recipe import parse_arguments as parse_recipe_arguments
+from .trainer import VaswaniTrainer
 
 logger = logging.getLogger(__name__)
 
@@ -167,7 +164,7 @@ def line_label_smoothing(line: Line, default: float) -> float:
 def check_lines(specs: list[str], preset: str, dropout: float | None, label_smoothing: float) -> list[Line]:
     """The lines `specs` name, each refused (ValueError naming it) unless its model can be built from `preset`, and
     two that train the same model with the same eps_ls (A:h=1 and A:num_heads=1; base and A:h=4 on small) refused."""
-    overrides = {} if dropout is None else {"dropout": dropout}
+    overrides = preset_overrides(dropout)
     seen = {}
     for line in map(parse_line, specs):
         config = line_config(line, preset, **overrides).to_dict()
@@ -201,20 +198,17 @@ def check_settings(model_args, training_args) -> None:
 
 
 def parse_arguments(argv=None):
-    """(AblationArguments, ModelArguments, DataArguments, VaswaniTrainingArguments), the preset's training settings and
-    ABLATION_DEFAULTS as defaults, as vaswani-train's parse_arguments takes them (the user's flags win)."""
-    parser = HfArgumentParser((AblationArguments, ModelArguments, DataArguments, VaswaniTrainingArguments))
-    preset_parser = HfArgumentParser(ModelArguments, add_help=False)  # --help is for the full parser
-    model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    if model_args.preset not in PRESETS:
-        raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")
-    defaults = {**PRESETS[model_args.preset]["training"], **ABLATION_DEFAULTS}
-    parser.set_defaults(**defaults, output_dir=f"runs/ablation-{model_args.preset}")
+    """(AblationArguments, ModelArguments, DataArguments, VaswaniTrainingArguments), as vaswani-train's parse_arguments
+    takes them, with ABLATION_DEFAULTS over the preset's training settings (the user's flags win)."""
     # Checked on the parsed flags before the dataclasses are built: VaswaniTrainingArguments would refuse averaging
     # first, for want of checkpoints, and send the user to --save_steps.
-    namespace, _ = parser.parse_known_args(argv)
-    check_settings(namespace, namespace)
-    return parser.parse_args_into_dataclasses(args=argv)
+    return parse_recipe_arguments(
+        argv,
+        leading=(AblationArguments,),
+        defaults=ABLATION_DEFAULTS,
+        output_dir="runs/ablation-{preset}",
+        check=lambda flags: check_settings(flags, flags),
+    )
 
 
 @torch.no_grad()
@@ -235,37 +229,24 @@ def dev_perplexity(trainer: VaswaniTrainer, dataset) -> dict:
     return {"dev_perplexity": math.exp(total / tokens), "dev_nll_per_token": total / tokens, "dev_tokens": tokens}
 
 
-def train_line(line: Line, model_args, data_args, training_args, tokenizer, train, dev) -> dict:
-    """Trains `line` from scratch in OUTPUT_DIR/<line>, saves it there and scores it on `dev` (the tokenized split,
-    its sources, its references); the results are written to the folder's results.json and returned."""
+def train_line(line: Line, model_args, data_args, training_args, tokenizer, train, dev, dev_split) -> dict:
+    """Trains `line` from scratch in OUTPUT_DIR/<line>, saves it there and scores it on the dev set (`dev` tokenized,
+    `dev_split` as loaded); the results are written to the folder's results.json and returned."""
     args = copy.deepcopy(training_args)  # the Trainer sets the learning rate of Equation 3 from each line's d_model
     args.output_dir = str(Path(training_args.output_dir) / line.folder)
     args.label_smoothing_factor = line_label_smoothing(line, training_args.label_smoothing_factor)
-    overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
     set_seed(args.seed)  # every line starts from the same random state
-    model = VaswaniForConditionalGeneration(line_config(line, model_args.preset, tokenizer, **overrides))
-    if model_args.length_penalty is not None:
-        model.generation_config.length_penalty = model_args.length_penalty
+    config = line_config(line, model_args.preset, tokenizer, **preset_overrides(model_args.dropout))
+    model = VaswaniForConditionalGeneration(config)
     logger.info(
         "row %s: %s parameters, eps_ls %s", line.spec, f"{model.num_parameters():,}", args.label_smoothing_factor
     )
-    tokenized, sources, references = dev
-    trainer = VaswaniTrainer(
-        model=model,
-        args=args,
-        train_dataset=train,
-        eval_dataset=tokenized,  # for --eval_strategy steps: validation curves in TensorBoard
-        processing_class=tokenizer,
-        compute_metrics=lambda prediction: validation_bleu(prediction, tokenizer),
-    )
-    metrics = trainer.train().metrics
-    trainer.save_model(args.output_dir)
-    batch_size, progress = data_args.eval_batch_size_sentences, not args.disable_tqdm
-    hypotheses = translate(trainer.model, tokenizer, sources, batch_size, paper_decoding=True, progress=progress)
-    hypotheses_file = Path(args.output_dir) / f"{data_args.validation_split}.hyp.{data_args.target_lang}"
-    with open(hypotheses_file, "w", encoding="utf-8") as output:
-        write_lines(hypotheses, output)
-    scores = bleu(hypotheses, references)
+    # The dev set is the Trainer's eval_dataset too: under --eval_strategy steps, validation curves in TensorBoard.
+    trainer, output = train_model(model, model_args, args, tokenizer, train, dev)
+    scores = translate_and_score(
+        trainer.model, tokenizer, dev_split, data_args.validation_split, data_args, args.output_dir,
+        paper_decoding=True, progress=not args.disable_tqdm,
+    )  # fmt: skip
     config = model.config
     results = {
         "row": line.spec,
@@ -282,8 +263,8 @@ def train_line(line: Line, model_args, data_args, training_args, tokenizer, trai
         "alpha": model.generation_config.length_penalty,
         "parameters": model.num_parameters(),
         "steps": trainer.state.global_step,
-        "train_minutes": metrics["train_runtime"] / 60,
-        **dev_perplexity(trainer, tokenized),
+        "train_minutes": output.metrics["train_runtime"] / 60,
+        **dev_perplexity(trainer, dev),
         "dev_bleu": scores["tokenized_bleu"],
         "dev_sacrebleu": scores["sacrebleu"],
         "bleu_signature": scores["tokenized_bleu_signature"],
@@ -374,11 +355,10 @@ def run(ablation_args, model_args, data_args, training_args) -> list[dict]:
     tokenizer = prepare_tokenizer(model_args, data["train"], source_lang, target_lang, output_dir)  # one for all
     train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, data_args.max_length, workers)
     dev_split = data[data_args.validation_split]
-    dev = (
-        tokenize_pairs(dev_split, tokenizer, source_lang, target_lang, num_proc=workers),
-        *sources_and_references(dev_split, source_lang, target_lang),
-    )
-    results = [train_line(line, model_args, data_args, training_args, tokenizer, train, dev) for line in lines]
+    dev = tokenize_pairs(dev_split, tokenizer, source_lang, target_lang, num_proc=workers)
+    results = [
+        train_line(line, model_args, data_args, training_args, tokenizer, train, dev, dev_split) for line in lines
+    ]
     sizes = {"train_pairs": len(train), "dev_pairs": len(dev_split), "vocabulary": len(tokenizer)}
     description = describe_run(model_args, data_args, training_args, sizes, results[0]["alpha"])
     (output_dir / "ablation.md").write_text(markdown_table(results, description), encoding="utf-8")

@@ -92,3 +92,8 @@ def preset_config(preset: str, tokenizer=None, **overrides) -> VaswaniConfig:
             decoder_start_token_id=tokenizer.bos_token_id,
         )
     return PRESETS[preset]["config"](**{**values, **overrides})
+
+
+def preset_overrides(dropout: float | None) -> dict:
+    """What a run changes in its preset's configuration: P_drop, when --dropout is given (None: the preset's)."""
+    return {} if dropout is None else {"dropout": dropout}

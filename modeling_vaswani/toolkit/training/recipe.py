@@ -18,6 +18,7 @@ import tokenizers
 from datasets import DatasetDict, is_caching_enabled
 from datasets.fingerprint import Hasher
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
+from transformers.trainer_utils import TrainOutput
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
@@ -35,7 +36,7 @@ from ..data.tokenizer import train_tokenizer_from_texts
 from ..evaluation.metrics import bleu
 from ..evaluation.plotting import plot_training_curves
 from ..evaluation.translate import translate, write_lines
-from .presets import PRESETS, preset_config
+from .presets import PRESETS, preset_config, preset_overrides
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -98,16 +99,26 @@ class DataArguments:
     )
 
 
-def parse_arguments(argv=None) -> tuple[ModelArguments, DataArguments, VaswaniTrainingArguments]:
-    """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win)."""
-    parser = HfArgumentParser((ModelArguments, DataArguments, VaswaniTrainingArguments))
+def parse_arguments(
+    argv=None, leading: tuple = (), defaults: dict | None = None, output_dir: str = "runs/{preset}", check=None
+) -> tuple:
+    """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win).
+
+    vaswani-train's (ModelArguments, DataArguments, VaswaniTrainingArguments); another job on the same recipe (vaswani-
+    ablate) puts its own dataclasses first (`leading`), adds its `defaults` over the preset's, names its default
+    `output_dir` (a pattern of {preset}), and may `check` the parsed flags (a namespace) before the dataclasses are
+    built, whose own checks would otherwise speak first.
+    """
+    parser = HfArgumentParser((*leading, ModelArguments, DataArguments, VaswaniTrainingArguments))
     preset_parser = HfArgumentParser(ModelArguments, add_help=False)  # --help is for the full parser below
     model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if model_args.preset not in PRESETS:
         raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")
-    defaults = dict(PRESETS[model_args.preset]["training"])
-    defaults.setdefault("output_dir", f"runs/{model_args.preset}")
-    parser.set_defaults(**defaults)
+    output_dir = output_dir.format(preset=model_args.preset)
+    parser.set_defaults(**{"output_dir": output_dir, **PRESETS[model_args.preset]["training"], **(defaults or {})})
+    if check is not None:
+        namespace, _ = parser.parse_known_args(argv)
+        check(namespace)
     return parser.parse_args_into_dataclasses(args=argv)
 
 
@@ -247,8 +258,8 @@ def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
     if model_args.model_name_or_path:
         wanted, source = AutoConfig.from_pretrained(model_args.model_name_or_path), model_args.model_name_or_path
     else:
-        overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
-        wanted, source = preset_config(model_args.preset, **overrides), f"--preset {model_args.preset}"
+        wanted = preset_config(model_args.preset, **preset_overrides(model_args.dropout))
+        source = f"--preset {model_args.preset}"
     differences = [
         f"{name}={getattr(saved, name)!r} (this run: {getattr(wanted, name, None)!r})"
         for name in SHAPE_FIELDS
@@ -281,22 +292,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
     if model_args.model_name_or_path:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
     else:
-        overrides = {} if model_args.dropout is None else {"dropout": model_args.dropout}
-        model = VaswaniForConditionalGeneration(preset_config(model_args.preset, tokenizer, **overrides))
+        config = preset_config(model_args.preset, tokenizer, **preset_overrides(model_args.dropout))
+        model = VaswaniForConditionalGeneration(config)
     logger.info("model: %s parameters", f"{model.num_parameters():,}")
-    if model_args.length_penalty is not None:
-        model.generation_config.length_penalty = model_args.length_penalty
-
-    trainer = VaswaniTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=validation,
-        processing_class=tokenizer,
-        compute_metrics=lambda prediction: validation_bleu(prediction, tokenizer),
-    )
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(str(output_dir))
+    trainer, _ = train_model(model, model_args, training_args, tokenizer, train, validation)
     results = {"train": {k: v for k, v in trainer.state.log_history[-1].items()}}
     if trainer.is_world_process_zero():
         if any("loss" in entry for entry in trainer.state.log_history):
@@ -307,17 +306,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
     final_dir = output_dir / "averaged" if training_args.average_last_checkpoints else output_dir
     if trainer.is_world_process_zero() and data_args.test_split in data:
         final_model = AutoModelForSeq2SeqLM.from_pretrained(final_dir).to(training_args.device)
-        sources, references = sources_and_references(data[data_args.test_split], source_lang, target_lang)
-        hypotheses = translate(
-            final_model,
-            tokenizer,
-            sources,
-            batch_size=data_args.eval_batch_size_sentences,
-            paper_decoding=training_args.paper_decoding,
+        test = data[data_args.test_split]
+        results["test"] = translate_and_score(
+            final_model, tokenizer, test, data_args.test_split, data_args, final_dir, training_args.paper_decoding
         )
-        with open(final_dir / f"{data_args.test_split}.hyp.{target_lang}", "w", encoding="utf-8") as output:
-            write_lines(hypotheses, output)
-        results["test"] = bleu(hypotheses, references)
         results["test_set"] = describe_test_set(data_args)
         # Through the Trainer's loggers, so the final BLEU lands in TensorBoard beside the training curves.
         trainer.log({f"{data_args.test_split}_sacrebleu": results["test"]["sacrebleu"]})
@@ -325,6 +317,41 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
         (final_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     results["model_dir"] = str(final_dir)
     return results
+
+
+def train_model(
+    model, model_args: ModelArguments, training_args: VaswaniTrainingArguments, tokenizer, train, validation
+) -> tuple[VaswaniTrainer, TrainOutput]:
+    """Trains `model` on the tokenized `train` split with VaswaniTrainer (BLEU on `validation`, if any, when it
+    evaluates; resumed from --resume_from_checkpoint when given) and saves it into output_dir, --length_penalty set in
+    its generation_config first. Returns the Trainer and what its train() returned."""
+    if model_args.length_penalty is not None:
+        model.generation_config.length_penalty = model_args.length_penalty
+    trainer = VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=validation,
+        processing_class=tokenizer,
+        compute_metrics=lambda prediction: validation_bleu(prediction, tokenizer),
+    )
+    output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    trainer.save_model(training_args.output_dir)
+    return trainer, output
+
+
+def translate_and_score(
+    model, tokenizer, split, split_name: str, data_args: DataArguments, folder: Path, paper_decoding: bool,
+    progress: bool = True,
+) -> dict:  # fmt: skip
+    """BLEU (metrics.bleu) of `model`'s translations of the `split_name` split `split` against its references; the
+    translations are written to FOLDER/<split_name>.hyp.<target_lang>, one a line."""
+    sources, references = sources_and_references(split, data_args.source_lang, data_args.target_lang)
+    batch_size = data_args.eval_batch_size_sentences
+    hypotheses = translate(model, tokenizer, sources, batch_size, paper_decoding=paper_decoding, progress=progress)
+    with open(Path(folder) / f"{split_name}.hyp.{data_args.target_lang}", "w", encoding="utf-8") as output:
+        write_lines(hypotheses, output)
+    return bleu(hypotheses, references)
 
 
 def describe_test_set(args: DataArguments) -> dict:
