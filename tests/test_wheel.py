@@ -24,6 +24,8 @@ from helpers.hub_server import Repo
 from helpers.training_setup import REPO
 from huggingface_hub import ModelCard
 
+pytestmark = pytest.mark.slow  # builds the wheel and installs it into a new environment
+
 # The commands, from their one home: pyproject.toml's [project.scripts].
 COMMANDS = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
 TOOLKIT = "modeling_vaswani/toolkit"

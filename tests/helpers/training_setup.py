@@ -21,6 +21,7 @@ def command(name: str) -> list[str]:
     installed console script calls (the wheel test runs the console scripts themselves)."""
     return [sys.executable, "-m", f"modeling_vaswani.toolkit.cli.{name}"]
 
+
 TINY = {"d_model": 32, "d_ff": 64, "num_heads": 4, "encoder_layers": 2, "decoder_layers": 2}
 
 

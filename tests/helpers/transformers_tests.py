@@ -8,7 +8,7 @@ repository root (git-ignored), and imports it as the package `UPSTREAM` (not `te
 The sdist lacks three modules those two import; `load()` puts stand-ins in their place:
 - `generation/test_utils.py` (`GenerationTesterMixin`) and `exporters/test_export.py` (`ExportTesterMixin`): empty
   classes. We do not run transformers' generation and export mixins: our own decoding tests cover generate()
-  (tests/test_generation.py), and export is not something this model promises.
+  (tests/model/test_generation.py), and export is not something this model promises.
 - `utils/test_configuration_utils.py` (`config_common_kwargs`, for `ConfigTester.check_config_arguments_init`): our
   own table of non-default values for the fields `PreTrainedConfig` declares (`CONFIG_COMMON_KWARGS`).
 
@@ -78,7 +78,8 @@ class Unavailable(RuntimeError):
 class GenerationTesterMixin:
     """Stand-in for transformers' `tests/generation/test_utils.py` mixin, which the sdist does not ship.
 
-    Empty on purpose: we do not run transformers' generation tests; tests/test_generation.py covers our generate().
+    Empty on purpose: we do not run transformers' generation tests; tests/model/test_generation.py covers our
+    generate().
     """
 
 

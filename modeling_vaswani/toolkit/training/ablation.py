@@ -16,8 +16,9 @@ Table 3 changes base (N 6, d_model 512, d_ff 2048, h 8, d_k = d_v = 64). Another
 - d_k and d_v that are d_model / h in the line (every line but (B)'s d_k) are d_model / h of the result.
 - P_drop, eps_ls (D) and the learned positions (E) are taken as written, and P_drop is base's 0.1 in every other line
   (whatever the preset's own); eps_ls goes to the training arguments.
-With --preset base every line is exactly Table 3's (tests/test_ablate.py). Table 3's train steps (big: 300K) are not
-taken: every line gets the run's one budget (--max_steps, --max_train_minutes), so that the lines compare.
+With --preset base every line is exactly Table 3's (tests/toolkit/training/test_ablate.py). Table 3's train steps (big:
+300K) are not taken: every line gets the run's one budget (--max_steps, --max_train_minutes), so that the lines
+compare.
 """
 
 import copy

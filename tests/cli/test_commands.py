@@ -12,6 +12,8 @@ from helpers.training_setup import command, tiny_checkpoint
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+pytestmark = pytest.mark.slow  # trains, kills and resumes the main job end to end
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):

@@ -26,6 +26,8 @@ from helpers.launching import (
 from helpers.training_setup import free_port
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.slow  # several processes over gloo
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):

@@ -10,6 +10,8 @@ import pytest
 
 from modeling_vaswani.toolkit.training.recipe import DataArguments, load_data
 
+pytestmark = pytest.mark.slow  # prepares data and trains in subprocesses
+
 
 def test_synthetic_pairs_have_wmt_like_lengths():
     pairs = list(islice(data_scale.synthetic_pairs(2000, seed=1), 2000))

@@ -25,6 +25,8 @@ from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
 from modeling_vaswani.toolkit.checkpoints import validate_checkpoint
 from modeling_vaswani.toolkit.hub.push import render_model_card
 
+pytestmark = pytest.mark.slow  # pushes, trains and pulls through subprocesses
+
 REPO_ID = "user/vaswani-tiny"
 SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
 EXPECTED_FILES = {

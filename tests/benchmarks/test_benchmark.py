@@ -23,6 +23,8 @@ from transformers import MarianMTModel
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.interop.marian import to_marian
 
+pytestmark = pytest.mark.slow  # runs the benchmark's worker processes
+
 SCRIPT = REPO / "benchmarks" / "benchmark.py"
 TINY = models.Shapes(
     vocab_size=61, d_model=32, layers=2, heads=4, d_ff=64, batch=3, source_length=5, target_length=4, new_tokens=6

@@ -12,6 +12,8 @@ import pytest
 import quality
 from transformers import AutoTokenizer, MarianMTModel
 
+pytestmark = pytest.mark.slow  # trains both contenders in subprocesses
+
 BUDGET_MINUTES = 0.3
 
 

@@ -21,6 +21,8 @@ from helpers.launching import (
 from helpers.training_setup import REPO, free_port
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.slow  # several processes over gloo
+
 DEEPSPEED_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero2.yaml"
 # ZeRO-2 partitions gradients and optimizer state and sums them in another order than DDP's all-reduce.
 TOLERANCE = 1e-5

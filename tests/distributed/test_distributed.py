@@ -15,6 +15,8 @@ from helpers.training_setup import REPO, TESTS, tiny_checkpoint
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
+pytestmark = pytest.mark.slow  # several processes over gloo
+
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):

@@ -1,22 +1,21 @@
 """Who applies toolkit/runtime.py's process setting: every vaswani-* command and VaswaniTrainer, for their own process;
 importing the toolkit and running the model do not.
 
-Seen by its effect, as tests/test_allocator.py measures it: with the setting, a 64 MiB block freed and allocated again
-is served from malloc's heap without page faults; without it, glibc maps it afresh each time. Each case runs in a
+Seen by its effect, as tests/toolkit/test_runtime.py measures it: with the setting, a 64 MiB block freed and allocated
+again is served from malloc's heap without page faults; without it, glibc maps it afresh each time. Each case runs in a
 fresh process, with none of the environment variables that would decide for it.
 """
 
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-from helpers.training_setup import tiny_checkpoint
+from helpers.training_setup import REPO, tiny_checkpoint
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings; Linux only")
 
-COMMANDS = [path.stem for path in sorted(Path(__file__).parents[1].glob("modeling_vaswani/toolkit/cli/*.py"))]
+COMMANDS = [path.stem for path in sorted(REPO.glob("modeling_vaswani/toolkit/cli/*.py"))]
 COMMANDS.remove("__init__")
 COMMANDS.remove("arguments")  # what the commands share, no command
 

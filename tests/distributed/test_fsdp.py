@@ -29,6 +29,8 @@ from safetensors.torch import load_file
 from modeling_vaswani.toolkit.checkpoints import find_checkpoints
 from modeling_vaswani.toolkit.training.averaging import average_checkpoints
 
+pytestmark = pytest.mark.slow  # several processes over gloo
+
 TOLERANCE = 1e-5
 # SGD (no momentum): an update off by a factor, e.g. a gradient summed instead of averaged over the 2 ranks, shows.
 FLAGS = [
