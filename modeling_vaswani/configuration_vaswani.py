@@ -1,12 +1,18 @@
 """Configuration of the Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762).
 
-Payload: `save_pretrained` copies this file flat into checkpoints as remote code, so it imports only transformers.
+Payload: `save_pretrained` copies this file flat into checkpoints as remote code, so it imports only transformers and
+its siblings.
 """
-
-import sys
 
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
+
+from .remote_code_vaswani import TRANSLATION_TASK
+
+# Whether this file runs as the installed package's module, not as a checkpoint's copy loaded as remote code (a module
+# of transformers_modules): the package's __init__, which runs before any of its modules can be used, registers the
+# package's own pipeline for TRANSLATION_TASK. Known from the module's own name, not from what the process imported.
+INSTALLED = __package__ == "modeling_vaswani"
 
 POSITION_EMBEDDING_TYPES = ("sinusoidal", "learned")
 
@@ -37,12 +43,6 @@ TABLE_3 = {
 }
 TABLE_3_TRAINING = {"label_smoothing_factor": 0.1, "max_steps": 100_000}  # base's eps_ls and train steps
 TABLE_3_COLUMNS = {name for lines in TABLE_3.values() for line in lines for name in line}
-
-
-def registered_pipeline_tasks() -> set[str]:
-    """The pipeline tasks registered in this process, transformers' own and those a package added."""
-    pipelines = sys.modules.get("transformers.pipelines")  # never imported: nobody can have registered a task
-    return set(pipelines.PIPELINE_REGISTRY.get_supported_tasks()) if pipelines else set()
 
 
 class VaswaniConfig(PreTrainedConfig):
@@ -129,13 +129,14 @@ class VaswaniConfig(PreTrainedConfig):
     is_encoder_decoder: bool = True
 
     def __post_init__(self, **kwargs):
-        # A checkpoint declares its translation pipeline as remote code (`custom_pipelines`), and transformers'
-        # pipeline() then demands trust_remote_code for the task, even where the package is installed and registered
-        # its own class for it. A declared task that is registered in this process is therefore not loaded from the
-        # checkpoint; where nothing registered it (no package), the declaration stays and the checkpoint's copy serves.
+        # A checkpoint declares its translation pipeline as remote code (`custom_pipelines`, for pipeline(...,
+        # trust_remote_code=True) where the package is not installed), and transformers' pipeline() demands
+        # trust_remote_code for every declared task. transformers loads a checkpoint's config with the installed
+        # package's class whenever the package is imported (a registered class wins over remote code): that class
+        # drops the declaration of the package's own task, which the package's registered pipeline serves. A
+        # checkpoint's copy, loaded as remote code, keeps it; other declared tasks are kept by both.
         declared = kwargs.pop("custom_pipelines", None) or {}
-        registered = registered_pipeline_tasks()
-        remote = {task: spec for task, spec in declared.items() if task not in registered}
+        remote = {task: spec for task, spec in declared.items() if not (INSTALLED and task == TRANSLATION_TASK)}
         if remote:
             kwargs["custom_pipelines"] = remote
         super().__post_init__(**kwargs)
@@ -170,7 +171,8 @@ class VaswaniConfig(PreTrainedConfig):
         (eps_ls of row D, the train steps of big) are `table3_training_arguments(row, **values)`.
 
         Table 3 states no vocabulary. Its parameter column fits one shared vocabulary of about 41,000 tokens for base,
-        (B) and (C), and about 36,000 for big, none for both (tests/test_table3.py); Section 5.1 gives about 37,000.
+        (B) and (C), and about 36,000 for big, none for both (tests/model/test_table3.py); Section 5.1 gives about
+        37,000.
         """
         line = cls._table3_line(row, values)
         overrides = {name: value for name, value in values.items() if name not in TABLE_3_COLUMNS}

@@ -1,14 +1,39 @@
-"""CPU kernels of the Transformer (arXiv:1706.03762) that neither torch nor transformers provides in eager mode.
+"""The CPU speed paths of the Transformer (arXiv:1706.03762), each identical to its Section except in how fast it runs.
 
-Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch. Nothing here changes what
-the model computes, only how fast on a CPU: every path is tested against torch's own (tests/test_fast_paths.py), and
+- `Linear`: identical to the projections of Sections 3.2.2, 3.3 and 3.4 (nn.Linear) except that float32 products on
+  CPU go through oneDNN, with a prepacked weight for inference;
+- `ATTENTION_FUNCTIONS`: transformers' attention functions (Equation 1, Section 3.2.1), through transformers' public
+  extension point for a model's own attention (a local `AttentionInterface` instance: the library-wide one is left
+  as it is), identical to Section 3.2 except that
+  - "sdpa" computes the decoding steps on CPU as two batched products (`is_cpu_decoding_step`), and
+  - encoder-decoder attention (Section 3.2.3) takes k decoder rows per encoder row (`by_sentence`).
+
+Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch and transformers. Nothing
+here changes what the model computes: every path is tested against torch's own (tests/test_fast_paths.py), and
 `torch.backends.mkldnn.flags(enabled=False)` turns the oneDNN products off.
 """
 
+import functools
+
 import torch
 from torch import nn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import create_bidirectional_mask
 
-ONEDNN_LINEAR = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
+# === The oneDNN linear ===============================================================================================
+
+# Private torch ops, because torch has no public eager oneDNN float32 linear (its public linear calls MKL's sgemm;
+# torch.compile's freezing packs weights for oneDNN only inside a compiled graph). Looked up at import; their absence
+# is an error naming them at the first product that needs them (`Linear`), never a silent fallback to a slower one.
+ONEDNN_LINEAR = torch.backends.mkldnn.is_available()  # a torch built without oneDNN has nothing to go through
+
+
+def missing_ops(names=("_linear_pointwise", "_reorder_linear_weight")) -> list[str]:
+    return [name for name in names if not hasattr(torch.ops.mkldnn, name)]
+
+
+MISSING_ONEDNN_OPS = missing_ops() if ONEDNN_LINEAR else []
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -41,11 +66,13 @@ class OneDNNLinearFunction(torch.autograd.Function):
 
 
 class Linear(nn.Linear):
-    """nn.Linear, whose float32 products on CPU go through oneDNN; inference multiplies by a prepacked weight.
+    """Identical to nn.Linear (W^Q, W^K, W^V, W^O of Section 3.2.2, W1 and W2 of Equation 2, the pre-softmax linear of
+    Section 3.4) except that its float32 products on CPU go through oneDNN; inference multiplies by a prepacked weight.
 
-    Written here because neither torch nor transformers does it outside a compiled graph: an eager float32 linear on
-    CPU, forward and backward, calls MKL's sgemm, and MKL takes its slow code paths on non-Intel CPUs (half oneDNN's
-    rate on an AMD EPYC); torch.compile's freezing packs weights for oneDNN, but only inside a compiled graph.
+    A subclass, because neither torch nor transformers offers this outside a compiled graph: an eager float32 linear
+    on CPU, forward and backward, calls MKL's sgemm, which takes its slow code paths on non-Intel CPUs (half oneDNN's
+    rate on an AMD EPYC); transformers' hub kernels (`use_kernel_forward_from_hub`) swap forwards only under
+    `from_pretrained(use_kernels=True)` and with the `kernels` package, so the default would lose the speed.
     With gradients the weight is used as stored (it changes every step). Without, a packed copy (the weight's size
     again in memory) is made on the first call and again whenever the weight changes: its version counter moves with
     every in-place update (optimizer step, load_state_dict); train() drops it. Results equal nn.Linear's up to
@@ -73,7 +100,7 @@ class Linear(nn.Linear):
 
     @staticmethod
     def _through_onednn(x: torch.Tensor, weight: torch.Tensor) -> bool:
-        return (
+        through = (
             ONEDNN_LINEAR
             and x.is_cpu
             and x.dtype == weight.dtype == torch.float32
@@ -84,6 +111,13 @@ class Linear(nn.Linear):
             and not torch.is_autocast_enabled("cpu")
             and not torch.compiler.is_compiling()  # inductor chooses its own kernels
         )
+        if through and MISSING_ONEDNN_OPS:
+            raise RuntimeError(
+                f"torch {torch.__version__} has oneDNN but not torch.ops.mkldnn.{' or .'.join(MISSING_ONEDNN_OPS)}, "
+                "the private ops kernels_vaswani.Linear multiplies through on CPU. Run under "
+                "torch.backends.mkldnn.flags(enabled=False) for nn.Linear's own product, or use a torch that has them."
+            )
+        return through
 
     def train(self, mode: bool = True):
         self._packed = None
@@ -96,16 +130,19 @@ class Linear(nn.Linear):
         return state
 
 
+# === Attention =======================================================================================================
+
+
 def is_cpu_decoding_step(module: nn.Module, query: torch.Tensor) -> bool:
     """Whether `query` ([rows, heads, queries, d_k]) is a decoding step for which Equation 1 as two batched products
-    (`products_attention_forward` in modeling_vaswani.py) beats torch's CPU SDPA kernel: at most 8 queries a row (one
-    new token, or a sentence's beams in encoder-decoder attention), at least 16 queries in all, no gradients, not
-    compiled. A causal block of several queries stays with SDPA, whose mask may then be left implicit.
+    (`two_products_attention`) beats torch's CPU SDPA kernel: at most 8 queries a row (one new token, or a sentence's
+    beams in encoder-decoder attention), at least 16 queries in all, no gradients, not compiled. A causal block of
+    several queries stays with SDPA, whose mask may then be left implicit.
 
-    Written here because torch's CPU SDPA kernel spends a fixed cost on every (row, head) block of queries, which is
-    most of its time when a block holds a decoding step's few queries: for one new token per row at batch 32, or a
-    sentence's 4 beams over its source, the two products were 1.4-3.5x faster on the 2-core benchmark machine (beam
-    search at batch 32 6-9% faster in all, greedy 1-4%). With one or two rows SDPA is faster.
+    Why: torch's CPU SDPA kernel spends a fixed cost on every (row, head) block of queries, which is most of its time
+    when a block holds a decoding step's few queries: for one new token per row at batch 32, or a sentence's 4 beams
+    over its source, the two products were 1.4-3.5x faster on the 2-core benchmark machine (beam search at batch 32
+    6-9% faster in all, greedy 1-4%). With one or two rows SDPA is faster.
     """
     rows, _, queries, _ = query.shape
     return (
@@ -116,3 +153,76 @@ def is_cpu_decoding_step(module: nn.Module, query: torch.Tensor) -> bool:
         and not torch.is_grad_enabled()
         and not torch.compiler.is_compiling()
     )
+
+
+def two_products_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    **kwargs,
+) -> tuple[torch.Tensor, None]:
+    """Identical to Equation 1, softmax(Q K^T / sqrt(d_k)) V, as SDPA computes it (no weights returned, no dropout:
+    decoding steps only), except that it is two batched matrix products. `attention_mask` is boolean (True where
+    allowed), as transformers builds it for SDPA, or additive."""
+    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
+    elif attention_mask is not None:
+        scores = scores + attention_mask
+    return torch.matmul(scores.softmax(dim=-1), value).transpose(1, 2).contiguous(), None
+
+
+def sdpa_with_cpu_decoding_steps(module: nn.Module, query: torch.Tensor, *args, **kwargs):
+    """transformers' "sdpa" attention, except for the CPU decoding steps `is_cpu_decoding_step` picks."""
+    if is_cpu_decoding_step(module, query):
+        return two_products_attention(module, query, *args, **kwargs)
+    return sdpa_attention_forward(module, query, *args, **kwargs)
+
+
+def by_sentence(attention, module, query, key, value, attention_mask, **kwargs):
+    """`attention`, identical to Section 3.2.3's encoder-decoder attention except that each encoder row may serve k
+    decoder rows (rows s*k to s*k+k-1 belong to sentence s): generate()'s beams or returned sequences, which share
+    their sentence's encoder output. Each sentence's k rows of q queries attend as one row of k*q queries, so that its
+    keys and values are computed, cached and read once instead of once per hypothesis; outputs and attention weights
+    come back one row per hypothesis. Where query and key rows match (every other call), it is `attention` itself."""
+    rows, heads, queries, d_k = query.shape
+    if rows == key.shape[0]:
+        return attention(module, query, key, value, attention_mask, **kwargs)
+    # [s*k + j, head, p] -> [s, head, j*q + p]: a view where the projection left the query contiguous
+    grouped = query.transpose(1, 2).reshape(key.shape[0], -1, heads, d_k).transpose(1, 2)
+    output, weights = attention(module, grouped, key, value, attention_mask, **kwargs)
+    output = output.reshape(rows, queries, *output.shape[2:])  # [s, j*q + p, ...] -> [s*k + j, p, ...]
+    if weights is not None:
+        weights = weights.unflatten(2, (-1, queries)).transpose(1, 2).flatten(0, 1)
+    return output, weights
+
+
+def encoder_attention_mask_by_sentence(config, hidden_states, encoder_hidden_states, attention_mask):
+    """transformers' mask for the encoder-decoder attention as `by_sentence` computes it: one row of queries a
+    sentence, over that sentence's encoder output."""
+    sentences = encoder_hidden_states.shape[0]
+    if hidden_states.shape[0] % sentences:
+        raise ValueError(
+            f"The decoder's batch ({hidden_states.shape[0]} rows) must be a multiple of the encoder's "
+            f"({sentences}): k hypotheses per sentence, rows s*k to s*k+k-1 attending over sentence s"
+        )
+    return create_bidirectional_mask(
+        config=config,
+        inputs_embeds=hidden_states.reshape(sentences, -1, hidden_states.shape[-1]),
+        attention_mask=attention_mask,
+        encoder_hidden_states=encoder_hidden_states,
+    )
+
+
+class VaswaniAttentionInterface(AttentionInterface):
+    """transformers' attention functions, each taken `by_sentence`."""
+
+    def get_interface(self, attn_implementation: str, default):
+        return functools.partial(by_sentence, super().get_interface(attn_implementation, default))
+
+
+ATTENTION_FUNCTIONS = VaswaniAttentionInterface()
+ATTENTION_FUNCTIONS["sdpa"] = sdpa_with_cpu_decoding_steps  # this instance only: other models keep transformers' own

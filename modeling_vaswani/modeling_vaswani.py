@@ -1,11 +1,11 @@
-"""The Transformer of Vaswani et al. 2017, "Attention Is All You Need" (arXiv:1706.03762), Section 3, top to bottom.
+"""The Transformer of Vaswani et al. 2017 (arXiv:1706.03762), Section 3 bottom-up: parts, layers, stacks, model.
 
-Payload: `save_pretrained` copies this file and its siblings flat into checkpoints as remote code
-(remote_code_vaswani.py lists them), so it imports only torch, transformers and those siblings: the configuration,
-the CPU kernels (kernels_vaswani.py), the CPU allocator setting (allocator_vaswani.py) and the paper's decoding of
-Section 6.1 (generation_vaswani.py).
-
-Where we follow tensor2tensor (the paper's code) rather than the paper's text, the comment says so.
+The parts (3.5 positional encoding, 3.2 attention, 3.3 feed-forward), then the layers of 3.1, the base class the
+stacks need, the stacks of 3.1, and the model of Figure 1 with the shared embeddings and output layer of 3.4.
+Where we follow tensor2tensor (the paper's code) rather than the paper's text, the comment says so. Payload: copied
+flat into checkpoints as remote code (remote_code_vaswani.py), it imports only torch, transformers and its siblings:
+the configuration, the CPU speed paths (kernels_vaswani.py, each identical to its Section except in speed) and the
+paper's decoding of Section 6.1 (generation_vaswani.py).
 """
 
 import math
@@ -23,26 +23,22 @@ from transformers.modeling_outputs import (
     Seq2SeqLMOutput,
     Seq2SeqModelOutput,
 )
-from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, PreTrainedModel
+from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
-from .allocator_vaswani import keep_freed_memory_by_default
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, paper_generation_config
-from .kernels_vaswani import Linear, is_cpu_decoding_step
-from .remote_code_vaswani import copy_payload, declare_remote_code
-
-# === 3.4 Embeddings and 3.5 Positional encoding ======================================================================
+from .kernels_vaswani import ATTENTION_FUNCTIONS, Linear, encoder_attention_mask_by_sentence
+from .remote_code_vaswani import SavesPayload
 
 
+# === 3.5 Positional encoding (Table 3 row E: learned) ================================================================
 def sinusoids(num_positions: int, d_model: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
     """Section 3.5: PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d_model)).
-
     Sines on even and cosines on odd dimensions (interleaved, unlike the halves layout of Marian and fairseq),
-    positions counted from `offset` (0 for the first token; an int, or a 0-dim tensor on the device to compute on).
-    Computed in float64 so that long tables stay exact.
+    positions from `offset` (an int, or a 0-dim tensor on the device to compute on); float64 keeps long tables exact.
     """
     device = offset.device if isinstance(offset, torch.Tensor) else None
     positions = (torch.arange(num_positions, dtype=torch.float64, device=device) + offset)[:, None]
@@ -55,11 +51,9 @@ def sinusoids(num_positions: int, d_model: int, offset: int | torch.Tensor = 0) 
 
 
 class PositionalEncoding(nn.Module):
-    """The fixed sinusoids of Section 3.5, added to the embeddings at the bottom of both stacks.
-
-    The table is a non-persistent buffer: it is never saved, and `_init_weights` rebuilds it after `from_pretrained`
-    (which creates modules on the meta device). Positions past the table are computed on the fly, so any length works.
-    """
+    """The fixed sinusoids of Section 3.5, added to the embeddings at the bottom of both stacks. A buffer never saved:
+    `_init_weights` rebuilds it after `from_pretrained` (which creates modules on the meta device). Positions past the
+    table are computed on the fly, so any length works."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
@@ -77,8 +71,7 @@ class PositionalEncoding(nn.Module):
 class LearnedPositionalEmbedding(nn.Embedding):
     """Table 3 row (E): a trained max_position_embeddings x d_model table in place of the sinusoids, one per stack, as
     in ConvS2S (Gehring et al. 2017, which Section 3.5 cites). Initialized as the token embeddings, N(0, d_model^-0.5)
-    (`_init_weights`), which is fairseq's choice for its Transformer's learned positions (`--encoder-learned-pos`).
-    """
+    (`_init_weights`), which is fairseq's choice for its Transformer's learned positions (`--encoder-learned-pos`)."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__(config.max_position_embeddings, config.d_model)
@@ -93,8 +86,6 @@ class LearnedPositionalEmbedding(nn.Embedding):
 
 
 # === 3.2 Attention ===================================================================================================
-
-
 def eager_attention_forward(
     module: nn.Module,
     query: torch.Tensor,
@@ -105,12 +96,9 @@ def eager_attention_forward(
     dropout: float = 0.0,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Equation 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, one matrix product for all heads.
-
-    `attention_mask` is additive (0 where allowed, a large negative number where masked), as transformers'
-    masking utilities build it for the eager kernel, or boolean (True where allowed), as they build it for SDPA.
-    Returns (batch, length, heads, d_v) and the weights.
-    """
+    """Equation 1: Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V, one matrix product for all heads. The mask is
+    additive (0 where allowed), as transformers builds it for eager attention, or boolean (True where allowed), as
+    for SDPA. Returns (batch, length, heads, d_v) and the weights."""
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling
     if attention_mask is not None and attention_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
@@ -122,13 +110,6 @@ def eager_attention_forward(
     return output, weights
 
 
-def products_attention_forward(*args, **kwargs) -> tuple[torch.Tensor, None]:
-    """Equation 1 as `eager_attention_forward` computes it, returning no weights, as SDPA does: what the `sdpa`
-    implementation runs for the decoding steps on CPU that `is_cpu_decoding_step` picks (kernels_vaswani.py)."""
-    output, _ = eager_attention_forward(*args, **kwargs)
-    return output, None
-
-
 class MultiHeadAttention(nn.Module):
     """Section 3.2.2: MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
     head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V).
@@ -137,12 +118,7 @@ class MultiHeadAttention(nn.Module):
     (h*d_v x d_model); d_k and d_v need not be d_model / h (Table 3). No biases by default: Equation 1 has none, and
     neither has tensor2tensor (`config.attention_bias` adds them). Serves as encoder self-attention, masked decoder
     self-attention (`is_causal`) and encoder-decoder attention (`key_value_states` from the encoder, Section 3.2.3).
-
-    Encoder-decoder attention also takes k decoder rows per encoder row (rows s*k to s*k+k-1 belong to sentence s):
-    generate()'s beams or returned sequences, which share their sentence's encoder output. Each sentence's k rows of
-    q positions then attend as one row of k*q queries, so that its keys and values are computed, cached and read once
-    instead of once per hypothesis; outputs and attention weights come back one row per hypothesis.
-    """
+    Equation 1 is the attention function of `config._attn_implementation`, from kernels_vaswani.py's interface."""
 
     def __init__(self, config: VaswaniConfig, is_causal: bool = False, layer_idx: int | None = None):
         super().__init__()
@@ -172,9 +148,6 @@ class MultiHeadAttention(nn.Module):
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         is_cross_attention = key_value_states is not None
-        rows = hidden_states.shape
-        if is_cross_attention:  # k hypotheses of a sentence become k*q queries over its encoder output
-            hidden_states = hidden_states.reshape(key_value_states.shape[0], -1, rows[-1])
         query = self._heads(self.w_q(hidden_states))
 
         cache = past_key_values
@@ -193,30 +166,15 @@ class MultiHeadAttention(nn.Module):
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
 
-        implementation = self.config._attn_implementation
-        if implementation == "sdpa" and is_cpu_decoding_step(self, query):
-            attention = products_attention_forward
-        else:
-            attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
+        attention = ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        dropout = self.attention_dropout if self.training else 0.0
         output, weights = attention(
-            self,
-            query,
-            key,
-            value,
-            attention_mask,
-            dropout=self.attention_dropout if self.training else 0.0,
-            scaling=self.scaling,
-            **kwargs,
+            self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
         )
-        output = self.w_o(output.reshape(*hidden_states.shape[:-1], -1)).view(rows)
-        if weights is not None and len(weights) != rows[0]:
-            weights = weights.unflatten(2, (-1, rows[1])).transpose(1, 2).flatten(0, 1)
-        return output, weights
+        return self.w_o(output.reshape(*hidden_states.shape[:-1], -1)), weights  # Concat(head_1, ..., head_h) W^O
 
 
 # === 3.3 Position-wise feed-forward networks =========================================================================
-
-
 class PositionwiseFeedForward(nn.Module):
     """Equation 2: FFN(x) = max(0, x W1 + b1) W2 + b2, inner width d_ff, applied to each position alike."""
 
@@ -234,13 +192,9 @@ class PositionwiseFeedForward(nn.Module):
 
 
 # === 3.1 Encoder and decoder layers ==================================================================================
-
-
 class SublayerConnection(nn.Module):
-    """Sections 3.1 and 5.4, post-LN: LayerNorm(x + Dropout(Sublayer(x))).
-
-    Holds the LayerNorm; the sublayer's output is passed in. Epsilon from the config (tensor2tensor's 1e-6).
-    """
+    """Sections 3.1 and 5.4, post-LN: LayerNorm(x + Dropout(Sublayer(x))); the sublayer's output is passed in.
+    Epsilon from the config (tensor2tensor's 1e-6)."""
 
     def __init__(self, config: VaswaniConfig):
         super().__init__()
@@ -304,9 +258,7 @@ class DecoderLayer(GradientCheckpointingLayer):
 
 
 # === The models' base class: weight initialization, and the code that travels with a checkpoint ======================
-
-
-class VaswaniPreTrainedModel(PreTrainedModel):
+class VaswaniPreTrainedModel(SavesPayload, PreTrainedModel):  # SavesPayload: save_pretrained writes the whole payload
     config: VaswaniConfig
     base_model_prefix = "model"
     main_input_name = "input_ids"
@@ -340,29 +292,8 @@ class VaswaniPreTrainedModel(PreTrainedModel):
         elif isinstance(module, PositionalEncoding):
             init.copy_(module.table, sinusoids(*module.table.shape))
 
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        # A registered (or remotely loaded) class also writes the whole payload and names it in config.json: see
-        # remote_code_vaswani.py. transformers alone would copy only this file's imports and name only this class.
-        if self.is_remote_code():
-            declare_remote_code(self.config)
-        # FSDP2 swaps the class for its FSDP<Class> subclass, defined in torch's _fsdp_init.py: transformers would copy
-        # that file and its siblings and name it in auto_map. The payload and declare_remote_code cover our classes.
-        fsdp_class = type(self) if type(self).__module__.startswith("torch.") else None
-        if fsdp_class is not None:
-            fsdp_class._auto_class = None
-        try:
-            result = super().save_pretrained(save_directory, *args, **kwargs)
-        finally:
-            if fsdp_class is not None:
-                del fsdp_class._auto_class  # back to the one it inherits
-        if self.is_remote_code() and kwargs.get("is_main_process", True):
-            copy_payload(save_directory)
-        return result
-
 
 # === 3.1 The stacks ==================================================================================================
-
-
 class VaswaniStack(VaswaniPreTrainedModel):
     """What the two stacks of Section 3.1 share: the input embedding times sqrt(d_model) (Section 3.4) plus the
     positional encodings (Section 3.5; Table 3 row E: learned), with dropout (Section 5.4), under N identical layers.
@@ -446,12 +377,6 @@ class VaswaniDecoder(VaswaniStack):
         # While decoding with a cache, the new tokens continue the positions already cached.
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, past_length)
-        sentences = encoder_hidden_states.shape[0]
-        if hidden_states.shape[0] % sentences:
-            raise ValueError(
-                f"The decoder's batch ({hidden_states.shape[0]} rows) must be a multiple of the encoder's "
-                f"({sentences}): k hypotheses per sentence, rows s*k to s*k+k-1 attending over sentence s"
-            )
 
         self_attention_cache = (
             past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
@@ -462,11 +387,10 @@ class VaswaniDecoder(VaswaniStack):
             attention_mask=attention_mask,
             past_key_values=self_attention_cache,
         )
-        encoder_attention_mask = create_bidirectional_mask(
-            config=self.config,
-            inputs_embeds=hidden_states.reshape(sentences, -1, hidden_states.shape[-1]),  # grouped as the attention is
-            attention_mask=encoder_attention_mask,
-            encoder_hidden_states=encoder_hidden_states,
+        # Section 3.2.3's attention over the encoder output, whose rows may each serve k decoder rows (generate()'s
+        # beams): the mask is made for the attention as kernels_vaswani.py computes it, one row of queries a sentence.
+        encoder_attention_mask = encoder_attention_mask_by_sentence(
+            self.config, hidden_states, encoder_hidden_states, encoder_attention_mask
         )
         for layer in self.layers:
             hidden_states = layer(
@@ -483,13 +407,9 @@ class VaswaniDecoder(VaswaniStack):
 
 
 # === The model: one embedding matrix for source, target and output (Section 3.4) =====================================
-
-
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
     """Section 3.1: the decoder input is the output "offset by one position": start token, then labels[:-1].
-
-    Ignored label positions (-100) become padding.
-    """
+    Ignored label positions (-100) become padding."""
     shifted = labels.new_full(labels.shape, pad_token_id)
     shifted[:, 1:] = labels[:, :-1]
     shifted[:, 0] = decoder_start_token_id
@@ -519,9 +439,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         return self.shared
 
     def set_input_embeddings(self, value: nn.Embedding):
-        self.shared = value
-        self.encoder.embed_tokens = value
-        self.decoder.embed_tokens = value
+        self.shared = self.encoder.embed_tokens = self.decoder.embed_tokens = value
 
     @can_return_tuple
     def forward(
@@ -537,7 +455,6 @@ class VaswaniModel(VaswaniPreTrainedModel):
         use_cache: bool | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
-        keep_freed_memory_by_default(self.device.type)  # page faults cost a CPU step up to a third: see the file
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -567,13 +484,9 @@ class VaswaniModel(VaswaniPreTrainedModel):
 
 
 # === The LM head (Section 3.4) =======================================================================================
-
-
 class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationMixin):
     """The Transformer with its output layer: the pre-softmax linear shares the embedding matrix (Section 3.4).
-
-    `generate(..., paper_decoding=True)` decodes as Section 6.1 does (see `generate`).
-    """
+    `generate(..., paper_decoding=True)` decodes as Section 6.1 does (see `generate`)."""
 
     _tied_weights_keys = {
         "lm_head.weight": "model.shared.weight",
@@ -638,36 +551,19 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             use_cache=use_cache,
             **kwargs,
         )
-        hidden_states = outputs.last_hidden_state
-        if logits_to_keep:
-            hidden_states = hidden_states[:, -logits_to_keep:]
-        logits = self.lm_head(hidden_states)
-
-        loss = None
-        if labels is not None:
-            loss = self.translation_loss(logits, labels, num_items_in_batch)
-
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
+        logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])  # [:, -0:] keeps every position
+        loss = None if labels is None else self.translation_loss(logits, labels, num_items_in_batch)
+        # The model's outputs (the same names in both classes), with the logits in place of the last hidden state.
+        fields = {name: value for name, value in outputs.items() if name != "last_hidden_state"}
+        return Seq2SeqLMOutput(loss=loss, logits=logits, **fields)
 
     @staticmethod
     def translation_loss(
         logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
     ) -> torch.Tensor:
-        """Token cross-entropy, labels not shifted (logits[i] predicts labels[i]), -100 ignored, in float32.
-
-        A mean over this batch's tokens, or a sum divided by `num_items_in_batch` when the Trainer accumulates
-        gradients over several batches. Label smoothing (Section 5.4) is the Trainer's `label_smoothing_factor`.
-        """
+        """Token cross-entropy, labels not shifted (logits[i] predicts labels[i]), -100 ignored, in float32: a mean
+        over this batch's tokens, or a sum divided by `num_items_in_batch` when the Trainer accumulates gradients over
+        several batches. Label smoothing (Section 5.4) is the Trainer's `label_smoothing_factor`."""
         logits = logits.float().reshape(-1, logits.shape[-1])
         labels = labels.to(logits.device).reshape(-1)
         if num_items_in_batch is None:

@@ -1,21 +1,26 @@
 """The speed-ups of inference change nothing: generate() gives what the plain path gives.
 
-The plain path is nn.Linear's own product (oneDNN switched off with torch.backends.mkldnn.flags), torch's SDPA for
-every attention (`is_cpu_decoding_step` answering no), transformers' own repetition of the encoder output for every
-beam (our `_expand_inputs_for_generation` removed) and its own beam reordering of the whole cache (our `_reorder_cache`
-removed).
+The plain path is nn.Linear's own product (oneDNN switched off with torch.backends.mkldnn.flags) and torch's SDPA for
+every attention (`is_cpu_decoding_step` answering no). The attention paths are also checked against transformers' own
+functions, as the model's interface holds them, and torch's SDPA: each sentence's hypotheses over one row of encoder
+output (`by_sentence`, which the paper's decoding uses) against that row repeated for each.
 """
 
 import copy
 
 import pytest
 import torch
-from tiny_models import padded_batch, tiny_config, tiny_model
+from helpers.tiny_models import padded_batch, tiny_config, tiny_model
 
-import modeling_vaswani.modeling_vaswani as modeling
-from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
-from modeling_vaswani.kernels_vaswani import ONEDNN_LINEAR, Linear, is_cpu_decoding_step
-from modeling_vaswani.modeling_vaswani import MultiHeadAttention, products_attention_forward
+import modeling_vaswani.kernels_vaswani as kernels
+from modeling_vaswani.kernels_vaswani import (
+    ATTENTION_FUNCTIONS,
+    ONEDNN_LINEAR,
+    Linear,
+    is_cpu_decoding_step,
+    two_products_attention,
+)
+from modeling_vaswani.modeling_vaswani import MultiHeadAttention
 
 needs_onednn = pytest.mark.skipif(not ONEDNN_LINEAR, reason="this torch has no oneDNN linear")
 
@@ -114,10 +119,7 @@ def batch():
 
 def plain_generate(model, batch, monkeypatch, **settings):
     with monkeypatch.context() as patch, torch.backends.mkldnn.flags(enabled=False):
-        patch.delattr(VaswaniGenerationMixin, "_reorder_cache")
-        patch.delattr(VaswaniGenerationMixin, "_expand_inputs_for_generation")
-        patch.setattr(modeling, "is_cpu_decoding_step", lambda module, query: False)
-        assert not hasattr(model, "_reorder_cache")
+        patch.setattr(kernels, "is_cpu_decoding_step", lambda module, query: False)
         torch.manual_seed(1)
         return model.generate(**batch, **settings)
 
@@ -158,18 +160,19 @@ def test_a_model_that_has_packed_its_weights_can_be_copied_and_pickled(model, ba
 
 
 def test_the_beams_of_a_sentence_share_one_row_of_cross_attention_keys_and_values(model, batch):
+    """The paper's decoding keeps one row of encoder output per sentence for its beams."""
     beams = 4
-    output = model.generate(**batch, num_beams=beams, max_new_tokens=6, return_dict_in_generate=True)
+    settings = {"num_beams": beams, "max_new_tokens": 6, "return_dict_in_generate": True}
+    output = model.generate(**batch, paper_decoding=True, **settings)
     for layer in output.past_key_values.cross_attention_cache.layers:
         assert layer.keys.shape[0] == layer.values.shape[0] == len(batch["input_ids"])
     assert len(output.past_key_values.self_attention_cache.layers[0].keys) == beams * len(batch["input_ids"])
 
 
 def test_beams_of_a_sentence_hold_equal_cross_attention_keys_and_values(model, batch, monkeypatch):
-    """Where the encoder output is repeated per beam (transformers' own expansion), leaving the cross-attention cache
+    """Where the encoder output is repeated per beam (transformers' own beam search), leaving the cross-attention cache
     unordered is still right: its rows are equal within each sentence."""
     beams = 4
-    monkeypatch.delattr(VaswaniGenerationMixin, "_expand_inputs_for_generation")
     output = model.generate(**batch, num_beams=beams, max_new_tokens=6, return_dict_in_generate=True)
     cross = output.past_key_values.cross_attention_cache
     for layer in cross.layers:
@@ -229,7 +232,7 @@ def test_attention_as_two_products_is_torchs_sdpa(queries, mask):
         "additive": torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min),
     }[mask]
     module = MultiHeadAttention(tiny_config()).eval()
-    output, weights = products_attention_forward(module, query, key, value, attention_mask, scaling=d_k**-0.5)
+    output, weights = two_products_attention(module, query, key, value, attention_mask, scaling=d_k**-0.5)
     expected = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, scale=d_k**-0.5
     )
@@ -258,10 +261,65 @@ def test_beam_search_takes_the_two_products_for_its_steps(model, batch, monkeypa
 
     def counted(*args, **kwargs):
         calls.append(args[1].shape)
-        return products_attention_forward(*args, **kwargs)
+        return two_products_attention(*args, **kwargs)
 
-    monkeypatch.setattr(modeling, "products_attention_forward", counted)
+    monkeypatch.setattr(kernels, "two_products_attention", counted)
     assert model.config._attn_implementation == "sdpa"
-    model.generate(**batch, num_beams=4, max_new_tokens=5)
     rows = len(batch["input_ids"])
+    model.generate(**batch, num_beams=4, max_new_tokens=5)  # transformers' own: the encoder output repeated per beam
+    assert set(calls) == {(rows * 4, 4, 1, 16)}  # self-attention and encoder-decoder attention, a row per beam
+    calls.clear()
+    model.generate(**batch, paper_decoding=True, num_beams=4, max_new_tokens=5)  # a row per sentence (by_sentence)
     assert (rows * 4, 4, 1, 16) in calls and (rows, 4, 4, 16) in calls  # self-attention and encoder-decoder attention
+
+
+def test_only_this_models_sdpa_takes_the_decoding_steps():
+    """The model's interface overrides "sdpa" on its own instance: transformers' library-wide one keeps its own."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    assert ALL_ATTENTION_FUNCTIONS["sdpa"] is sdpa_attention_forward
+    assert ATTENTION_FUNCTIONS["sdpa"] is kernels.sdpa_with_cpu_decoding_steps
+    assert ATTENTION_FUNCTIONS["flex_attention"] is ALL_ATTENTION_FUNCTIONS["flex_attention"]
+    assert ATTENTION_FUNCTIONS.get_interface("sdpa", None).args == (kernels.sdpa_with_cpu_decoding_steps,)
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.parametrize("queries", [1, 3])
+def test_attention_by_sentence_is_each_hypothesis_over_its_sentence(implementation, queries):
+    """k query rows per key row give what the attention function gives on the key rows repeated k times."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from modeling_vaswani.modeling_vaswani import eager_attention_forward
+
+    torch.manual_seed(0)
+    sentences, k, heads, keys, d_k = 3, 4, 2, 5, 8
+    query = torch.randn(sentences * k, queries, heads, d_k).transpose(1, 2)  # as the projection leaves it
+    key, value = torch.randn(sentences, heads, keys, d_k), torch.randn(sentences, heads, keys, d_k)
+    allowed = torch.ones(sentences, 1, 1, keys, dtype=torch.bool)
+    allowed[1, ..., -2:] = False
+    plain = eager_attention_forward if implementation == "eager" else ALL_ATTENTION_FUNCTIONS["sdpa"]
+    module = MultiHeadAttention(tiny_config()).eval()
+    with torch.no_grad():
+        output, weights = ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)(
+            module, query, key, value, allowed, scaling=d_k**-0.5
+        )
+        repeat = lambda x: x.repeat_interleave(k, dim=0)  # noqa: E731
+        expected, expected_weights = plain(
+            module, query, repeat(key), repeat(value), repeat(allowed), scaling=d_k**-0.5
+        )
+    assert output.shape == (sentences * k, queries, heads, d_k)
+    torch.testing.assert_close(output, expected, rtol=1e-5, atol=1e-6)
+    if implementation == "eager":
+        torch.testing.assert_close(weights, expected_weights, rtol=1e-5, atol=1e-6)
+
+
+def test_missing_onednn_ops_are_an_error_naming_them(monkeypatch):
+    assert kernels.MISSING_ONEDNN_OPS == [] or not ONEDNN_LINEAR
+    assert kernels.missing_ops(("_linear_pointwise", "_no_such_op")) == ["_no_such_op"]
+    monkeypatch.setattr(kernels, "ONEDNN_LINEAR", True)
+    monkeypatch.setattr(kernels, "MISSING_ONEDNN_OPS", ["_no_such_op"])
+    with pytest.raises(RuntimeError, match=r"torch.ops.mkldnn._no_such_op, the private ops"):
+        Linear(4, 3)(torch.randn(2, 4))
+    with torch.backends.mkldnn.flags(enabled=False):  # the way out the message names
+        assert Linear(4, 3)(torch.randn(2, 4)).shape == (2, 3)

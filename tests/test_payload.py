@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from tiny_models import tiny_model
+from helpers.tiny_models import tiny_model
 
 import modeling_vaswani
 from modeling_vaswani.remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, PAYLOAD_FILES
@@ -67,16 +67,20 @@ def test_save_pretrained_writes_the_whole_payload(tmp_path):
 
 
 IMPORT_EVERYTHING = """
-import importlib, importlib.util, json, pkgutil, sys
+import importlib, json, pathlib, pkgutil, shutil, sys
 import matplotlib
 import modeling_vaswani
+from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
 
 for module in pkgutil.walk_packages(modeling_vaswani.__path__, "modeling_vaswani."):
     importlib.import_module(module.name)
-# The configuration file loaded on its own, as remote code loads it: no package code has run on this class.
-spec = importlib.util.spec_from_file_location("standalone", sys.argv[1])
-standalone = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(standalone)
+# The configuration loaded from a copy of the payload, as remote code loads it: no package code has run on this class.
+copy = pathlib.Path.cwd() / "standalone"
+copy.mkdir()
+for name in PAYLOAD_FILES:
+    shutil.copyfile(pathlib.Path(sys.argv[1]) / name, copy / name)
+sys.path.insert(0, str(copy.parent))
+standalone = importlib.import_module("standalone.configuration_vaswani")
 installed, alone = vars(modeling_vaswani.VaswaniConfig), vars(standalone.VaswaniConfig)
 plain = (str, int, float, bool, type(None), tuple, list, dict, set, frozenset)
 changed = set(installed) ^ set(alone)
@@ -90,9 +94,46 @@ def test_importing_every_module_has_no_side_effects_beyond_registration(tmp_path
     """Importing the whole package, toolkit included, leaves matplotlib's backend alone and changes nothing on the
     configuration class but what registering it for the Auto classes sets (`_auto_class`)."""
     env = {**os.environ, "MPLBACKEND": "svg"}
-    command = [sys.executable, "-c", IMPORT_EVERYTHING, str(PACKAGE / "configuration_vaswani.py")]
+    command = [sys.executable, "-c", IMPORT_EVERYTHING, str(PACKAGE)]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["backend"] == "svg"
     assert report["changed"] == ["_auto_class"]
+
+
+def test_only_the_packages_own_configuration_drops_its_pipeline_declaration(tmp_path):
+    """Where the package is imported, its configuration class serves checkpoints and drops the declaration of its own
+    pipeline task (which its registered pipeline serves without trust_remote_code); a checkpoint's copy of the class,
+    loaded as remote code, keeps it, so that pipeline(..., trust_remote_code=True) finds the checkpoint's pipeline."""
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from modeling_vaswani import VaswaniConfig
+
+    tiny_model(seed=3).save_pretrained(tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["custom_pipelines"] == CUSTOM_PIPELINES
+    other = {"impl": "other_pipeline.OtherPipeline", "pt": ["AutoModelForSeq2SeqLM"]}
+    config["custom_pipelines"] = {**CUSTOM_PIPELINES, "other-task": other}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+
+    remote = get_class_from_dynamic_module("configuration_vaswani.VaswaniConfig", str(tmp_path))
+    assert remote.__module__.startswith("transformers_modules.") and remote is not VaswaniConfig
+    assert remote.from_pretrained(tmp_path).custom_pipelines == config["custom_pipelines"]
+    assert VaswaniConfig.from_pretrained(tmp_path).custom_pipelines == {"other-task": other}
+
+
+def test_an_fsdp2_wrapped_model_saves_the_payload_and_no_torch_file(tmp_path):
+    """FSDP2's fully_shard swaps the model's class for FSDP<Class>(FSDPModule, Class), defined in torch: saving writes
+    our payload and auto_map, never torch's file or class (tests/test_fsdp.py checks it under a real FSDP2 run)."""
+    torch_fsdp = pytest.importorskip("torch.distributed.fsdp")
+    model = tiny_model(seed=3)
+    ours = type(model)
+    wrapper = type(
+        f"FSDP{ours.__name__}", (torch_fsdp.FSDPModule, ours), {"__module__": torch_fsdp.FSDPModule.__module__}
+    )
+    model.__class__ = wrapper  # what fully_shard does, without sharding anything
+    model.save_pretrained(tmp_path)
+    assert sorted(path.name for path in tmp_path.glob("*.py")) == sorted(PAYLOAD_FILES)
+    assert json.loads((tmp_path / "config.json").read_text())["auto_map"] == AUTO_MAP
+    assert ours.is_remote_code() and not wrapper.is_remote_code()
