@@ -9,7 +9,7 @@
   - encoder-decoder attention (Section 3.2.3) takes k decoder rows per encoder row (`by_sentence`).
 
 Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch and transformers. Nothing
-here changes what the model computes: every path is tested against torch's own (tests/test_fast_paths.py), and
+here changes what the model computes: every path is tested against torch's own (tests/model/test_fast_paths.py), and
 `torch.backends.mkldnn.flags(enabled=False)` turns the oneDNN products off.
 """
 

@@ -24,13 +24,15 @@ from transformers.modeling_outputs import (
     Seq2SeqModelOutput,
 )
 from transformers.modeling_utils import PreTrainedModel
-from transformers.utils import can_return_tuple
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
 from .generation_vaswani import VaswaniGenerationMixin, paper_generation_config
-from .kernels_vaswani import ATTENTION_FUNCTIONS, Linear, encoder_attention_mask_by_sentence
+from .kernels_vaswani import ATTENTION_FUNCTIONS as ALL_ATTENTION_FUNCTIONS  # set_attn_implementation() seeks the name
+from .kernels_vaswani import Linear, encoder_attention_mask_by_sentence
 from .remote_code_vaswani import SavesPayload
 
 
@@ -166,7 +168,7 @@ class MultiHeadAttention(nn.Module):
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
 
-        attention = ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         dropout = self.attention_dropout if self.training else 0.0
         output, weights = attention(
             self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
@@ -267,6 +269,21 @@ class VaswaniPreTrainedModel(SavesPayload, PreTrainedModel):  # SavesPayload: sa
     _supports_sdpa = True
     _supports_flex_attn = True
     _can_compile_fullgraph = True
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        """The ties transformers must make: those of `_tied_weights_keys` between two modules.
+
+        The stacks' embed_tokens are `shared` itself (see VaswaniModel.__init__): their entries name one parameter
+        under three names. They stay in `_tied_weights_keys`, so that save_pretrained writes the matrix once, as
+        `shared.weight`, but are no ties to make: `from_pretrained` flags each tie's target as initialized, and a
+        target that is its source flagged a missing `shared.weight` too, which was then neither initialized nor moved
+        off the meta device, nor reported missing.
+        """
+        tied = super().get_expanded_tied_weights_keys(all_submodels)
+        if all_submodels:  # the union of each submodel's own answer (this method, all_submodels=False)
+            return tied
+        owner = lambda name: self.get_submodule(name.rpartition(".")[0])  # noqa: E731
+        return {target: source for target, source in tied.items() if owner(target) is not owner(source)}
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -453,7 +470,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqModelOutput:
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
@@ -525,7 +542,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         logits_to_keep: int = 0,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> Seq2SeqLMOutput:
         r"""
         labels: target token ids, -100 where ignored; the decoder input is derived from them when not given.

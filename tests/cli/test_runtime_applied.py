@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers.training_setup import REPO, tiny_checkpoint
+from helpers.training_setup import REPO, TESTS, tiny_checkpoint
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings; Linux only")
 
@@ -63,7 +63,7 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 def page_faults(*arguments) -> int:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
     env.pop("VASWANI_KEEP_FREED_MEMORY", None)
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")]))
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
     result = subprocess.run(
         [sys.executable, "-c", PROGRAM, *map(str, arguments)], capture_output=True, text=True, env=env, timeout=300
     )

@@ -3,7 +3,7 @@ VaswaniModel, VaswaniForConditionalGeneration and VaswaniConfig, as transformers
 
 The test files come from the sdist of the installed transformers version (tests/helpers/transformers_tests.py):
 offline, this module is skipped, or fails where VASWANI_REQUIRE_TRANSFORMERS_TESTS=1 (CI).
-transformers' generation mixin is not run (not shipped in the sdist); tests/test_generation.py covers generate().
+transformers' generation mixin is not run (not shipped in the sdist); tests/model/test_generation.py covers generate().
 """
 
 import unittest
@@ -136,7 +136,7 @@ class VaswaniModelTest(ModelTesterMixin, unittest.TestCase):
 
     @unittest.skip(
         reason="Asks for transformers' GenerationTesterMixin, which its sdist does not ship and we do not run (our "
-        "stand-in is empty, so inheriting it would pass this check vacuously); tests/test_generation.py tests "
+        "stand-in is empty, so inheriting it would pass this check vacuously); tests/model/test_generation.py tests "
         "generate()"
     )
     def test_generation_tester_mixin_inheritance(self):

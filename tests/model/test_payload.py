@@ -125,7 +125,8 @@ def test_only_the_packages_own_configuration_drops_its_pipeline_declaration(tmp_
 
 def test_an_fsdp2_wrapped_model_saves_the_payload_and_no_torch_file(tmp_path):
     """FSDP2's fully_shard swaps the model's class for FSDP<Class>(FSDPModule, Class), defined in torch: saving writes
-    our payload and auto_map, never torch's file or class (tests/test_fsdp.py checks it under a real FSDP2 run)."""
+    our payload and auto_map, never torch's file or class (tests/distributed/test_fsdp.py checks it under a real FSDP2
+    run)."""
     torch_fsdp = pytest.importorskip("torch.distributed.fsdp")
     model = tiny_model(seed=3)
     ours = type(model)

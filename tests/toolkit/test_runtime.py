@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.training_setup import TESTS
 
 import modeling_vaswani
 from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
@@ -52,7 +53,7 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="gl
 def page_faults(mode: str, **environment: str) -> tuple[str, int]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
     env.pop("VASWANI_KEEP_FREED_MEMORY", None)
-    env.update(environment, PYTHONPATH=os.pathsep.join([os.path.dirname(__file__), env.get("PYTHONPATH", "")]))
+    env.update(environment, PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
     result = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr[-3000:]
     applied, faults = result.stdout.split()
