@@ -115,8 +115,8 @@ def peers_unfinished(done: bool, synced_gpus: bool, device: torch.device) -> boo
 
 class DecoderSteps:
     """The model's forward for each decoding step: the encoder output as one row per sentence (the k rows of a
-    sentence's hypotheses attend over it together, see `MultiHeadAttention`), the decoder's KV cache, and logits for
-    the last position only."""
+    sentence's hypotheses attend over it together, see `kernels_vaswani.by_sentence`), the decoder's KV cache, and
+    logits for the last position only."""
 
     def __init__(self, model, sentences: int, model_kwargs: dict):
         self.model = model

@@ -184,10 +184,10 @@ def sdpa_with_cpu_decoding_steps(module: nn.Module, query: torch.Tensor, *args, 
 
 def by_sentence(attention, module, query, key, value, attention_mask, **kwargs):
     """`attention`, identical to Section 3.2.3's encoder-decoder attention except that each encoder row may serve k
-    decoder rows (rows s*k to s*k+k-1 belong to sentence s): generate()'s beams or returned sequences, which share
-    their sentence's encoder output. Each sentence's k rows of q queries attend as one row of k*q queries, so that its
-    keys and values are computed, cached and read once instead of once per hypothesis; outputs and attention weights
-    come back one row per hypothesis. Where query and key rows match (every other call), it is `attention` itself."""
+    decoder rows (rows s*k to s*k+k-1 belong to sentence s): the paper decoding's beams or returned sequences, which
+    share their sentence's encoder output. Each sentence's k rows of q queries attend as one row of k*q queries, so
+    that its keys and values are computed, cached and read once instead of once per hypothesis; outputs and attention
+    weights come back one row per hypothesis. Where query and key rows match (every other call), it is `attention` itself."""
     rows, heads, queries, d_k = query.shape
     if rows == key.shape[0]:
         return attention(module, query, key, value, attention_mask, **kwargs)
