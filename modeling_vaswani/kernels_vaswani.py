@@ -187,7 +187,8 @@ def by_sentence(attention, module, query, key, value, attention_mask, **kwargs):
     decoder rows (rows s*k to s*k+k-1 belong to sentence s): the paper decoding's beams or returned sequences, which
     share their sentence's encoder output. Each sentence's k rows of q queries attend as one row of k*q queries, so
     that its keys and values are computed, cached and read once instead of once per hypothesis; outputs and attention
-    weights come back one row per hypothesis. Where query and key rows match (every other call), it is `attention` itself."""
+    weights come back one row per hypothesis. Where query and key rows match (every other call), it is `attention`
+    itself."""
     rows, heads, queries, d_k = query.shape
     if rows == key.shape[0]:
         return attention(module, query, key, value, attention_mask, **kwargs)
