@@ -29,19 +29,18 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-try:
-    from ctranslate2.converters import Converter
-    from ctranslate2.specs import common_spec, transformer_spec
-except ImportError as error:
-    raise ImportError(
-        f"CTranslate2 is not installed ({error}); the export and the ctranslate2 engine need it: "
-        "pip install modeling_vaswani[ctranslate2]"
-    ) from error
 import torch
 
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
 from ..checkpoints import check_new_folder, load_model_and_tokenizer
+
+# isort: off
+# serving.ctranslate2 first: its ImportError says how to install CTranslate2
 from ..serving.ctranslate2 import DECODING_MARGIN, EXPORT_FILE
+from ctranslate2.converters import Converter
+from ctranslate2.specs import common_spec, transformer_spec
+
+# isort: on
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "float16", "bfloat16")
 ACTIVATIONS = {  # transformers' names (config.activation_function) -> CTranslate2's
