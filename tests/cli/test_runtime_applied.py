@@ -6,12 +6,12 @@ again is served from malloc's heap without page faults; without it, glibc maps i
 fresh process, with none of the environment variables that would decide for it.
 """
 
-import os
-import subprocess
 import sys
 
 import pytest
-from helpers.training_setup import REPO, TESTS, tiny_checkpoint
+from helpers.malloc import FRESH_FAULTS, KEPT_FAULTS
+from helpers.malloc import page_faults as measure
+from helpers.training_setup import REPO, tiny_checkpoint
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings; Linux only")
 
@@ -19,18 +19,13 @@ COMMANDS = [path.stem for path in sorted(REPO.glob("modeling_vaswani/toolkit/cli
 COMMANDS.remove("__init__")
 COMMANDS.remove("arguments")  # what the commands share, no command
 
-ROUNDS, WARMUP_ROUNDS = 16, 8
-BLOCK_PAGES = 2**26 // 4096  # the pages a 64 MiB block touches
-KEPT_FAULTS = ROUNDS / 4 * BLOCK_PAGES  # the heap may still grow a few times, never once a round
-FRESH_FAULTS = ROUNDS / 2 * BLOCK_PAGES
-PROGRAM = f"""
-import contextlib, importlib, io, pkgutil, resource, sys, tempfile
-import torch
+SETUP = """
+import contextlib, importlib, io, pkgutil, sys, tempfile
 
 mode, *argv = sys.argv[1:]
 if mode == "command":  # a vaswani-* command run in this process, as its console script runs it
     name, *argv = argv
-    command = importlib.import_module(f"modeling_vaswani.toolkit.cli.{{name}}")
+    command = importlib.import_module(f"modeling_vaswani.toolkit.cli.{name}")
     with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
         command.main(argv)
 elif mode == "trainer":
@@ -50,25 +45,11 @@ elif mode == "imports and model":  # every toolkit module imported, the model tr
     model = tiny_model()
     model(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
     model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, num_beams=2)
-for _ in range({WARMUP_ROUNDS}):  # 64 MiB, written and freed: malloc's heap grows to hold it, then keeps it
-    torch.ones(2**24)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range({ROUNDS}):
-    block = torch.ones(2**24)
-    del block
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 """
 
 
 def page_faults(*arguments) -> int:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
-    env.pop("VASWANI_KEEP_FREED_MEMORY", None)
-    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
-    result = subprocess.run(
-        [sys.executable, "-c", PROGRAM, *map(str, arguments)], capture_output=True, text=True, env=env, timeout=300
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return int(result.stdout.split()[-1])
+    return measure(SETUP, *arguments)[1]
 
 
 def test_a_command_run_applies_it(tmp_path):

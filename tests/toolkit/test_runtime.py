@@ -6,22 +6,18 @@ Each case runs in a fresh process (the setting is for a whole process, and the t
 """
 
 import ast
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers.training_setup import TESTS
+from helpers.malloc import FRESH_FAULTS, KEPT_FAULTS
+from helpers.malloc import page_faults as measure
 
 import modeling_vaswani
 from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
 
-ROUNDS = 16
-WARMUP_ROUNDS = 8
-BLOCK_PAGES = 2**26 // 4096  # the pages a 64 MiB block touches
-PROGRAM = f"""
-import resource, sys, torch
+SETUP = """
+import sys
 from modeling_vaswani.toolkit.runtime import apply_process_settings, keep_freed_memory
 from helpers.tiny_models import padded_batch, tiny_model
 
@@ -36,28 +32,15 @@ elif sys.argv[1] == "model":  # the package imported, the model trained a step a
     model(input_ids=ids, attention_mask=mask, labels=ids).loss.backward()
     model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3)
     model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, num_beams=2)
-for _ in range({WARMUP_ROUNDS}):  # 64 MiB, written and freed: malloc's heap grows to hold it, then keeps it
-    torch.ones(2**24)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for _ in range({ROUNDS}):
-    block = torch.ones(2**24)
-    del block
-print(applied, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+print(applied)
 """
-KEPT_FAULTS = ROUNDS / 4 * BLOCK_PAGES  # the heap may still grow a few times (below), never once a round
-FRESH_FAULTS = ROUNDS / 2 * BLOCK_PAGES
 
 linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings; Linux only")
 
 
 def page_faults(mode: str, **environment: str) -> tuple[str, int]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
-    env.pop("VASWANI_KEEP_FREED_MEMORY", None)
-    env.update(environment, PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]))
-    result = subprocess.run([sys.executable, "-c", PROGRAM, mode], capture_output=True, text=True, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    applied, faults = result.stdout.split()
-    return applied, int(faults)
+    (applied,), faults = measure(SETUP, mode, **environment)
+    return applied, faults
 
 
 @linux_only
