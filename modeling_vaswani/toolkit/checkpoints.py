@@ -122,39 +122,38 @@ def weight_files(folder: Path) -> list[Path]:
     """model.safetensors, or every shard named by model.safetensors.index.json, all checked to exist."""
     if (folder / SAFE_WEIGHTS_NAME).is_file():
         return [folder / SAFE_WEIGHTS_NAME]
+    return sorted(set(shard_map(folder).values()))
+
+
+def shard_map(folder: Path) -> dict[str, Path]:
+    """The tensor name -> shard file map of a sharded checkpoint's index, every shard checked to exist."""
     index = folder / SAFE_WEIGHTS_INDEX_NAME
     if not index.is_file():
         raise CheckpointError(
             f"{folder} has no weights: expected {SAFE_WEIGHTS_NAME} or {SAFE_WEIGHTS_INDEX_NAME} with its shards"
         )
-    shards = sorted(set(index_weight_map(index).values()))
-    missing = [name for name in shards if not (folder / name).is_file()]
-    if missing:
-        raise CheckpointError(f"{folder} lacks {len(missing)} of the {len(shards)} shards in {index.name}: {missing}")
-    return [folder / name for name in shards]
-
-
-def index_weight_map(index: Path) -> dict[str, str]:
-    """The tensor name -> shard file name map of a safetensors index."""
-    weight_map = read_json(index).get("weight_map")
-    if not isinstance(weight_map, dict) or not weight_map:
+    names = read_json(index).get("weight_map")
+    if not isinstance(names, dict) or not names:
         raise CheckpointError(
             f"{index} has no weight_map naming tensors and their shards; expected the index it writes"
         )
-    return weight_map
+    shards = sorted(set(names.values()))
+    missing = [name for name in shards if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(f"{folder} lacks {len(missing)} of the {len(shards)} shards in {index.name}: {missing}")
+    return {key: folder / name for key, name in names.items()}
 
 
 def weight_map(folder: Path) -> dict[str, Path]:
     """Every tensor name of a checkpoint mapped to the safetensors file holding it, every file checked to open."""
-    files = weight_files(folder)
-    index = folder / SAFE_WEIGHTS_INDEX_NAME
-    if files != [folder / SAFE_WEIGHTS_NAME]:
-        for path in files:
-            with open_weights(path):
-                pass
-        return {key: folder / file for key, file in index_weight_map(index).items()}
-    with open_weights(files[0]) as weights:
-        return dict.fromkeys(weights.keys(), files[0])
+    if (folder / SAFE_WEIGHTS_NAME).is_file():
+        with open_weights(folder / SAFE_WEIGHTS_NAME) as weights:
+            return dict.fromkeys(weights.keys(), folder / SAFE_WEIGHTS_NAME)
+    names = shard_map(folder)
+    for path in sorted(set(names.values())):
+        with open_weights(path):
+            pass
+    return names
 
 
 def stored_shapes(folder: Path) -> dict[str, tuple[tuple[int, ...], Path]]:
@@ -188,8 +187,7 @@ def check_folder(folder: Path) -> None:
         raise CheckpointError(
             f"model folder {folder} has no config.json; expected a checkpoint written by save_pretrained"
         )
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise CheckpointError(f"model folder {folder} has no tokenizer; expected {' or '.join(TOKENIZER_FILES)}")
+    check_tokenizer_files(folder)
     for path in sorted(folder.glob("*.safetensors")):
         with open_weights(path):
             pass
@@ -263,10 +261,15 @@ def check_shapes(folder: Path, config: VaswaniConfig, shapes: dict[str, tuple[tu
         )
 
 
+def check_tokenizer_files(folder: Path) -> None:
+    """A model folder must carry its tokenizer (save_pretrained of the tokenizer writes these files)."""
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise CheckpointError(f"model folder {folder} has no tokenizer; expected {' or '.join(TOKENIZER_FILES)}")
+
+
 def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
     """The tokenizer must load and match the model: one id per embedding row, the same padding and end ids."""
-    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
-        raise CheckpointError(f"{folder} has no tokenizer: expected {' or '.join(TOKENIZER_FILES)}")
+    check_tokenizer_files(folder)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except (OSError, ValueError) as error:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from ..checkpoints import TOKENIZER_FILES, is_ctranslate2_folder, load_model_and_tokenizer, local_folder
+from ..checkpoints import check_tokenizer_files, is_ctranslate2_folder, load_model_and_tokenizer, local_folder
 
 ENGINES = ("pytorch", "ctranslate2")
 
@@ -36,8 +36,7 @@ def load_exported(name: str, folder: Path | None):
             f"model folder {folder} holds no CTranslate2 model (model.bin and config.json); expected a folder "
             "written by vaswani-export-ctranslate2"
         )
-    if not any((folder / file).is_file() for file in TOKENIZER_FILES):
-        raise ValueError(f"model folder {folder} has no tokenizer; expected {' or '.join(TOKENIZER_FILES)}")
+    check_tokenizer_files(folder)
     from .ctranslate2 import CTranslate2Model  # needs the optional ctranslate2 package
 
     return CTranslate2Model(folder), AutoTokenizer.from_pretrained(str(folder))

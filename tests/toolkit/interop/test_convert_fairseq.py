@@ -8,15 +8,12 @@ import argparse
 import collections
 import json
 import math
-import os
 import pathlib
 import re
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
+from helpers.fresh_process import reload_in_fresh_process
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
@@ -538,42 +535,18 @@ def test_the_position_table_is_fairseqs_sinusoids_from_position_two(converted):
     assert torch.equal(model.model.decoder.positional_encoding.weight, table)
 
 
-FRESH_PROCESS = textwrap.dedent(
-    """
-    import json, sys
-    import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    folder, inputs = sys.argv[1], torch.load(sys.argv[2])
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    with torch.no_grad():
-        torch.save(model(**inputs).logits, sys.argv[3])
-    source = tokenizer(sys.argv[4:], padding=True, return_tensors="pt")
-    translations = tokenizer.batch_decode(model.generate(**source, max_new_tokens=8), skip_special_tokens=True)
-    print(json.dumps({"model": type(model).__module__, "ids": source["input_ids"].tolist(), "text": translations}))
-    """
-)
-
-
 def test_the_saved_folder_reloads_in_a_fresh_process_and_translates(
     converted, converted_folder, state, batch, tmp_path
 ):
     model, tokenizer = converted
-    torch.save(dict(batch), tmp_path / "inputs.pt")
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-c", FRESH_PROCESS, str(converted_folder), "inputs.pt", "logits.pt", *SOURCES]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    reported = json.loads(result.stdout.strip().splitlines()[-1])
-    assert reported["model"].startswith("transformers_modules.")  # the checkpoint's own code, not the package
+    reported, logits = reload_in_fresh_process(converted_folder, batch, SOURCES, tmp_path, max_new_tokens=8)
     assert reported["ids"] == tokenizer(SOURCES, padding=True)["input_ids"]
     source = tokenizer(SOURCES, padding=True, return_tensors="pt")
     expected = tokenizer.batch_decode(model.generate(**source, max_new_tokens=8), skip_special_tokens=True)
     assert reported["text"] == expected and all(expected)
     previous = model.prepare_decoder_input_ids_from_labels(batch["labels"])
     reference = reference_logits(state, batch["input_ids"], previous)
-    assert (torch.load(tmp_path / "logits.pt") - reference)[batch["labels"].ne(PAD)].abs().max() < 1e-5
+    assert (logits - reference)[batch["labels"].ne(PAD)].abs().max() < 1e-5
 
 
 def test_a_dictionary_without_every_merge_symbol_embeds_those_as_unk(corpus, tmp_path):

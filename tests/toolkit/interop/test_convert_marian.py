@@ -4,14 +4,11 @@ real MarianTokenizer (a SentencePiece model trained here on Multi30k), converted
 
 import copy
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import sentencepiece
 import torch
+from helpers.fresh_process import reload_in_fresh_process
 from helpers.tiny_models import tiny_config
 from safetensors.torch import load_file, save_file
 from transformers import (
@@ -180,35 +177,13 @@ def test_special_ids_decoder_start_and_generation_settings_are_carried_over(mode
     assert (translated[:, 0] == ours.config.decoder_start_token_id).all()
 
 
-FRESH_PROCESS = textwrap.dedent(
-    """
-    import json, sys
-    import torch
-    from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-
-    folder, inputs = sys.argv[1], torch.load(sys.argv[2])
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder, trust_remote_code=True).eval()
-    tokenizer = AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-    with torch.no_grad():
-        torch.save(model(**inputs).logits, sys.argv[3])
-    print(json.dumps({"model": type(model).__module__, "ids": tokenizer(sys.argv[4])["input_ids"]}))
-    """
-)
-
-
 def test_the_saved_folder_reloads_in_a_fresh_process_with_the_same_logits(models, batch, converted_folder, tmp_path):
     marian, _ = models
-    torch.save(dict(batch), tmp_path / "inputs.pt")
-    env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
-    command = [sys.executable, "-c", FRESH_PROCESS, str(converted_folder), "inputs.pt", "logits.pt", SOURCES[0]]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    reported = json.loads(result.stdout.strip().splitlines()[-1])
-    assert reported["model"].startswith("transformers_modules.")  # the checkpoint's own code, not the package
-    assert reported["ids"] == MarianTokenizer.from_pretrained(converted_folder)(SOURCES[0])["input_ids"]
+    reported, logits = reload_in_fresh_process(converted_folder, batch, [SOURCES[0]], tmp_path)
+    assert reported["ids"] == [MarianTokenizer.from_pretrained(converted_folder)(SOURCES[0])["input_ids"]]
     with torch.no_grad():
         expected = marian(**batch).logits
-    assert (torch.load(tmp_path / "logits.pt") - expected).abs().max() < 1e-5
+    assert (logits - expected).abs().max() < 1e-5
 
 
 def test_a_zero_logits_bias_converts_to_the_papers_head_without_one(marian_folder):
