@@ -11,6 +11,8 @@ finished hypotheses by log P(Y|X) / |Y|^alpha, and none of its public hooks can 
 """
 
 import functools
+import math
+import numbers
 
 import torch
 from torch import nn
@@ -67,6 +69,113 @@ def check_no_empty_rows(attention_mask: torch.Tensor) -> None:
             f"attention_mask row {empty[0]} is all padding ({len(empty)} such row(s): {empty[:10]}); expected at "
             "least one source token in every row, since a row without one has nothing to translate"
         )
+
+
+# The generate() settings check_generate_inputs checks, with transformers' defaults where no config sets them.
+CHECKED_SETTINGS = {
+    "num_beams": 1,
+    "num_return_sequences": 1,
+    "length_penalty": None,
+    "max_length": None,
+    "max_new_tokens": None,
+}
+
+
+def generation_settings(model_generation_config: GenerationConfig, kwargs: dict) -> dict:
+    """The values generate() decodes with for CHECKED_SETTINGS, in its order of precedence: a keyword argument, else
+    the `generation_config` passed, else the model's, else transformers' default (None: unset)."""
+    given = kwargs.get("generation_config")
+    settings = {}
+    for name, default in CHECKED_SETTINGS.items():
+        sources = (kwargs.get(name), getattr(given, name, None), getattr(model_generation_config, name, None))
+        settings[name] = next((value for value in sources if value is not None), default)
+    return settings
+
+
+def is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_generate_inputs(
+    config, model_generation_config: GenerationConfig, kwargs: dict, input_ids, attention_mask, paper_decoding: bool
+) -> dict:
+    """Refuses, before any work, inputs that would otherwise fail deep inside the search (a division by zero, a
+    reshape, an index or dtype error from torch) or decode silently into nonsense (a NaN length penalty): each error
+    names the argument, the value given and what was expected. Both decoding modes call it. Returns the settings as
+    `generation_settings` resolves them.
+
+    `kwargs` are generate()'s keyword arguments (with `generation_config` when one is passed); `input_ids` may be None
+    (stock generate() from `encoder_outputs`), `attention_mask` too.
+    """
+    settings = generation_settings(model_generation_config, kwargs)
+    for name in ("num_beams", "num_return_sequences", "max_length", "max_new_tokens"):
+        value, least = settings[name], 2 if name == "max_length" else 1
+        if value is None:
+            continue
+        if not is_int(value):
+            raise TypeError(f"{name}={value!r} is a {type(value).__name__}; expected an int of at least {least}")
+        if value < least:
+            why = " (it counts the decoder start token)" if name == "max_length" else ""
+            raise ValueError(f"{name}={value!r}; expected an int of at least {least}{why}")
+    num_beams, num_return_sequences = settings["num_beams"], settings["num_return_sequences"]
+    if num_beams > 1 and num_return_sequences > num_beams:
+        raise ValueError(
+            f"num_return_sequences={num_return_sequences} with num_beams={num_beams}; expected at most num_beams, "
+            "since beam search returns a sentence's finished hypotheses, num_beams of them at most"
+        )
+    alpha = settings["length_penalty"]
+    if alpha is not None:
+        if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool):
+            raise TypeError(f"length_penalty={alpha!r} is a {type(alpha).__name__}; expected a finite number")
+        if not math.isfinite(alpha):
+            raise ValueError(f"length_penalty={alpha!r}; expected a finite number")
+        if paper_decoding and alpha < 0:
+            raise ValueError(
+                f"length_penalty={alpha!r} with paper_decoding; expected a finite number of at least 0 (GNMT's alpha: "
+                "the search ends a sentence when no live hypothesis can beat its finished ones, a bound that holds "
+                "only while the penalty grows with length). Stock generate() takes any finite value"
+            )
+
+    if input_ids is not None:
+        if not isinstance(input_ids, torch.Tensor):
+            raise TypeError(
+                f"input_ids is a {type(input_ids).__name__}; expected a torch.Tensor of token ids, shape "
+                "(batch, length)"
+            )
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(
+                f"input_ids has dtype {input_ids.dtype}; expected an integer tensor of token ids (torch.int64 or "
+                "torch.int32)"
+            )
+        shape = tuple(input_ids.shape)
+        if input_ids.dim() != 2:
+            raise ValueError(f"input_ids has shape {shape}; expected (batch, length), one row per sentence")
+        if 0 in shape:
+            raise ValueError(
+                f"input_ids has shape {shape}; expected at least one row (sentence) and at least one token per row"
+            )
+        vocab_size = config.vocab_size
+        outside = ((input_ids < 0) | (input_ids >= vocab_size)).nonzero()
+        if outside.shape[0]:
+            row, position = outside[0].tolist()
+            raise ValueError(
+                f"input_ids[{row}, {position}] is {int(input_ids[row, position])}, outside the vocabulary of "
+                f"{vocab_size} ids (config.vocab_size); expected ids from 0 to {vocab_size - 1} "
+                f"({outside.shape[0]} such id(s))"
+            )
+    if attention_mask is not None:
+        if not isinstance(attention_mask, torch.Tensor):
+            raise TypeError(f"attention_mask is a {type(attention_mask).__name__}; expected a torch.Tensor")
+        if input_ids is not None and attention_mask.shape != input_ids.shape:
+            raise ValueError(
+                f"attention_mask has shape {tuple(attention_mask.shape)}; expected input_ids' shape "
+                f"{tuple(input_ids.shape)}, one 1 or 0 per token"
+            )
+    if attention_mask is None and input_ids is not None and config.pad_token_id is not None:
+        attention_mask = input_ids.ne(config.pad_token_id)
+    if attention_mask is not None:
+        check_no_empty_rows(attention_mask)
+    return settings
 
 
 def paper_generation_config(config) -> GenerationConfig:
@@ -452,15 +561,21 @@ class VaswaniGenerationMixin(GenerationMixin):
 
         Logits processors, stopping criteria, `num_return_sequences`, `do_sample`, `use_cache`, the cache
         implementation and `return_dict_in_generate` with its `output_*` flags apply as in `generate`; the search is
-        `paper_search`, run through `generate(custom_generate=...)`. In both modes a source row that is all padding
-        (its `attention_mask`, or its ids against the pad id, all zero) raises a ValueError naming the row.
+        `paper_search`, run through `generate(custom_generate=...)`. In both modes `check_generate_inputs` refuses,
+        before any work, input_ids that are not an integer (batch, length) tensor with at least one row and token and
+        ids within the vocabulary, an attention_mask of another shape, a source row that is all padding (its
+        `attention_mask`, or its ids against the pad id, all zero), `num_beams` or `num_return_sequences` under 1 (or
+        more sequences than beams), a length penalty that is not finite (or negative under `paper_decoding`), and
+        `max_length` under 2 or `max_new_tokens` under 1.
         """
-        input_ids = kwargs.get("input_ids", args[0] if args else None)
+        input_ids = kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None))
         attention_mask = kwargs.get("attention_mask")
+        given = {**kwargs, "generation_config": kwargs.get("generation_config", args[1] if len(args) > 1 else None)}
+        settings = check_generate_inputs(
+            self.config, self.generation_config, given, input_ids, attention_mask, paper_decoding
+        )
         if attention_mask is None and input_ids is not None and self.config.pad_token_id is not None:
             attention_mask = input_ids.ne(self.config.pad_token_id)
-        if attention_mask is not None:
-            check_no_empty_rows(attention_mask)
         if not paper_decoding:
             return super().generate(*args, **kwargs)
         if input_ids is None:
@@ -473,11 +588,11 @@ class VaswaniGenerationMixin(GenerationMixin):
             self.config, attention_mask, kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)
         )
 
-        generation_config = kwargs.get("generation_config") or self.generation_config
-        alpha = kwargs.pop("length_penalty", generation_config.length_penalty)
-        num_beams = kwargs.setdefault("num_beams", generation_config.num_beams)
-        if num_beams > 1:  # greedy search ranks nothing: generate() would warn that the penalty goes unused
-            kwargs["length_penalty"] = alpha
+        kwargs.pop("length_penalty", None)
+        kwargs["num_beams"] = settings["num_beams"]
+        if settings["num_beams"] > 1 and settings["length_penalty"] is not None:
+            # Not passed to greedy search, which ranks nothing: generate() would warn that the penalty goes unused.
+            kwargs["length_penalty"] = settings["length_penalty"]
         criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
         criteria.append(MaxLengthPerSentence(limits))
         synced_gpus = kwargs.pop("synced_gpus", None)

@@ -17,6 +17,10 @@ class VaswaniTranslationPipeline(Pipeline):
     translates N texts per `generate()` call. Decoding is the paper's (Section 6.1: beam 4, GNMT length penalty 0.6,
     at most input length + 50 tokens) unless `paper_decoding=False`; other `generate()` arguments (`num_beams`,
     `length_penalty`, `max_new_tokens` without the paper's decoding, ...) pass through.
+
+    An empty text, or one of more tokens (`</s>` included) than `max_input_tokens` (by default the model's
+    `max_position_embeddings`, the commands' default limit), is refused with a ValueError before any translating:
+    under the paper's decoding (up to input length + 50 tokens) a text of thousands of tokens would run for minutes.
     """
 
     _load_tokenizer = True
@@ -38,16 +42,31 @@ class VaswaniTranslationPipeline(Pipeline):
             return [result[0] for result in results]
         return results
 
-    def _sanitize_parameters(self, paper_decoding=None, **generate_kwargs):
+    def _sanitize_parameters(self, paper_decoding=None, max_input_tokens=None, **generate_kwargs):
+        preprocess_params = {}
+        if max_input_tokens is not None:
+            if not isinstance(max_input_tokens, int) or isinstance(max_input_tokens, bool) or max_input_tokens < 1:
+                raise ValueError(f"max_input_tokens={max_input_tokens!r}; expected an int of at least 1")
+            preprocess_params["max_input_tokens"] = max_input_tokens
         forward_params = dict(generate_kwargs)
         if paper_decoding is not None:
             forward_params["paper_decoding"] = paper_decoding
-        return {}, forward_params, {}
+        return preprocess_params, forward_params, {}
 
-    def preprocess(self, text):
+    def preprocess(self, text, max_input_tokens=None):
         if not isinstance(text, str) or not text.strip():
             raise ValueError(f"expected a non-empty text to translate, got {text!r}")
-        return self.tokenizer(text, return_tensors="pt")
+        model_inputs = self.tokenizer(text, return_tensors="pt")
+        length = model_inputs["input_ids"].shape[-1]
+        limit = max_input_tokens or self.model.config.max_position_embeddings
+        if length > limit:
+            source = "max_input_tokens" if max_input_tokens else "the model's max_position_embeddings"
+            shown = text if len(text) <= 60 else text[:57] + "..."
+            raise ValueError(
+                f"the text is {length} tokens long, more than the limit of {limit} ({source}); expected a shorter "
+                f"text: {shown!r}"
+            )
+        return model_inputs
 
     def _forward(self, model_inputs, paper_decoding=True, **generate_kwargs):
         output_ids = self.model.generate(**model_inputs, paper_decoding=paper_decoding, **generate_kwargs)
