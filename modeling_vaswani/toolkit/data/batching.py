@@ -9,7 +9,7 @@ The budget counts padded tokens: a batch of `n` examples whose longest source ha
 tokens (and likewise for the target), which is what the GPU actually holds.
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 from torch.utils.data import Sampler
@@ -68,20 +68,9 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
     def from_dataset(
         cls, dataset, max_tokens: int, source_column: str = "input_ids", target_column: str = "labels", **kwargs
     ) -> "TokenBudgetBatchSampler":
-        """Builds the sampler from a tokenized `datasets.Dataset`, taking lengths from its token-list columns.
-
-        The lengths are read through Arrow a batch at a time, so that neither millions of token lists as Python
-        objects nor a gathered copy of the columns (after a length filter, the data sits under an index mapping) is
-        ever held.
-        """
-        import pyarrow.compute as pc  # comes with `datasets`, an optional dependency of this package
-
-        columns = dataset.select_columns([source_column, target_column]).with_format("arrow")
-        lengths = {source_column: [], target_column: []}
-        for batch in columns.iter(batch_size=LENGTH_BATCH):
-            for name, parts in lengths.items():
-                parts.append(pc.list_value_length(batch[name]).to_numpy(zero_copy_only=False))
-        source, target = (np.concatenate(parts) if parts else np.zeros(0, np.int64) for parts in lengths.values())
+        """Builds the sampler from a tokenized `datasets.Dataset`, taking lengths from its token-list columns
+        (`dataset_lengths`)."""
+        source, target = dataset_lengths(dataset, source_column, target_column)
         return cls(source, target, max_tokens, **kwargs)
 
     def set_epoch(self, epoch: int) -> None:
@@ -135,13 +124,78 @@ def _check_arguments(source: np.ndarray, target: np.ndarray, max_tokens: int, se
 
 def _check_fits(source: np.ndarray, target: np.ndarray, max_tokens: int) -> None:
     # Dropping such examples silently would change the training data behind the user's back.
-    too_long = np.flatnonzero((source > max_tokens) | (target > max_tokens))
+    too_long = _too_long(source, target, max_tokens)
     if too_long.size:
-        index = too_long[0]
+        index, more, every = too_long[0], too_long.size - 1, _fits_all(source, target, too_long)
         raise ValueError(
-            f"example {index} (source length {source[index]}, target length {target[index]}) alone exceeds "
-            f"max_tokens={max_tokens}; {too_long.size} example(s) do. Filter or truncate them, or raise max_tokens."
+            f"example {index + 1} (counted from 1; source length {source[index]}, target length {target[index]}) "
+            f"alone exceeds max_tokens={max_tokens}, the padded tokens a batch may hold on each side"
+            + (f"; {more} more example(s) do too" if more else "")
+            + f". Expected max_tokens >= {max(source[index], target[index])}"
+            + (f" ({every} for all of them)" if more else "")
+            + ", or the longer pairs dropped (max_length)"
         )
+
+
+def _too_long(source: np.ndarray, target: np.ndarray, max_tokens: int, max_length: int | None = None) -> np.ndarray:
+    """Indices of the examples longer than `max_tokens` on either side, leaving out those longer than `max_length`
+    (which a length filter drops)."""
+    longest = np.maximum(source, target)
+    over = longest > max_tokens
+    if max_length is not None:
+        over &= longest <= max_length
+    return np.flatnonzero(over)
+
+
+def _fits_all(source: np.ndarray, target: np.ndarray, too_long: np.ndarray) -> int:
+    return int(np.maximum(source[too_long], target[too_long]).max())
+
+
+def dataset_lengths(dataset, source_column: str = "input_ids", target_column: str = "labels"):
+    """The token counts of each example of a tokenized `datasets.Dataset` (its token-list columns), read through
+    Arrow a batch at a time: neither millions of token lists as Python objects nor a gathered copy of the columns
+    (after a length filter, the data sits under an index mapping) is ever held."""
+    import pyarrow.compute as pc  # comes with `datasets`, an optional dependency of this package
+
+    columns = dataset.select_columns([source_column, target_column]).with_format("arrow")
+    lengths = {source_column: [], target_column: []}
+    for batch in columns.iter(batch_size=LENGTH_BATCH):
+        for name, parts in lengths.items():
+            parts.append(pc.list_value_length(batch[name]).to_numpy(zero_copy_only=False))
+    source, target = (np.concatenate(parts) if parts else np.zeros(0, np.int64) for parts in lengths.values())
+    return source, target
+
+
+def check_examples_fit(
+    dataset,
+    max_tokens: int,
+    max_length: int | None = None,
+    name_example: Callable[[int], str] | None = None,
+    source_column: str = "input_ids",
+    target_column: str = "labels",
+) -> None:
+    """Refuses a tokenized training set holding an example that alone exceeds the token budget `max_tokens`, before
+    any model is built or batch cut: the sampler could never place it. Examples longer than `max_length`, which the
+    length filter drops, are left out. The first such example is named by `name_example(index)` ("at FILE, line N",
+    say; index counted from 0), else by its index counted from 1, with its token counts, the budget and the two ways
+    out: a larger --max_tokens, or --max_length to drop the longer pairs."""
+    if max_tokens <= 0:
+        raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
+    source, target = dataset_lengths(dataset, source_column, target_column)
+    too_long = _too_long(source, target, max_tokens, max_length)
+    if not too_long.size:
+        return
+    index = int(too_long[0])
+    where = name_example(index) if name_example is not None else f"{index + 1} (counted from 1)"
+    more, every = too_long.size - 1, _fits_all(source, target, too_long)
+    raise ValueError(
+        f"training example {where} has {source[index]} source and {target[index]} target tokens (</s> included), "
+        f"more than --max_tokens {max_tokens} (the padded tokens a batch may hold on each side): no batch can hold it"
+        + (f"; {more} more example(s) do too" if more else "")
+        + f". Expected --max_tokens >= {max(source[index], target[index])}"
+        + (f" ({every} for all of them)" if more else "")
+        + f", or --max_length {max_tokens} to drop the pairs longer than the budget"
+    )
 
 
 def _greedy_spans(source: np.ndarray, target: np.ndarray, max_tokens: int) -> list[tuple[int, int]]:

@@ -11,6 +11,7 @@ normalization) so that detokenized BLEU is computed against the original referen
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 from collections.abc import Iterator, Sequence
 from importlib import resources
@@ -202,14 +203,70 @@ def _checked_pair(pair: object, source_lang: str, target_lang: str, where: str) 
             f"{where}: translation is {pair!r}; expected a dict with keys {source_lang!r} and {target_lang!r}"
         )
     for lang in (source_lang, target_lang):
-        text = pair.get(lang)
-        if text is None:
+        if lang not in pair:
             raise ValueError(f"{where}: no {lang!r} text (found keys {sorted(pair)}); expected {lang!r} in every row")
+        text = pair[lang]
+        if text is None:
+            raise ValueError(f"{where}: the {lang!r} value is null; expected a string (a sentence)")
         if not isinstance(text, str):
             raise ValueError(f"{where}: {lang!r} is {text!r} ({type(text).__name__}); expected a string")
         if not text.strip():
             raise ValueError(f"{where}: {lang!r} text is empty; expected a sentence")
     return {source_lang: pair[source_lang], target_lang: pair[target_lang]}
+
+
+def json_line_of_row(path: Path, row: int) -> tuple[int, object] | None:
+    """The 1-based line number and parsed value of row `row` (0-based) of a JSON Lines file, as `datasets` counts
+    rows (blank lines are no rows); None where the file does not read as one JSON value a line up to there (a JSON
+    array, say). Read again only to name a bad row."""
+    rows = -1
+    for number, text in iter_text_lines(path):
+        if text.strip():
+            rows += 1
+            if rows == row:
+                try:
+                    return number, json.loads(text)
+                except ValueError:
+                    return None
+    return None
+
+
+def text_pair_location(source_file: str | Path, target_file: str | Path, row: int) -> str:
+    """Pair `row` (0-based) of two aligned files `load_text_pairs` read, in words: line row + 1 of both (it skips
+    no line)."""
+    return f"line {row + 1} of {source_file} and {target_file}"
+
+
+def table_row_location(path: str | Path, row: int) -> str:
+    """Row `row` (0-based) of a table `load_table_pairs` read, in words: its line of a JSON Lines file, its row
+    counted after the header of a CSV file."""
+    path = Path(path)
+    if _table_builder(path) == "json":
+        found = json_line_of_row(path, row)
+        if found is not None:
+            return f"{path}, line {found[0]}"
+        return f"{path}, row {row + 1}"
+    return f"{path}, row {row + 1} (counted after the header)"
+
+
+def _checked_row(
+    pair: object, source_lang: str, target_lang: str, where: str, row: int, lines: Path | None = None
+) -> dict[str, str]:
+    """`_checked_pair` of row `row` (0-based) of `where`. With `lines`, the JSON Lines file the rows were read from, a
+    bad row is checked again as written there and named by its line: `datasets` reads a missing key and a null value
+    alike (None), the file tells them apart."""
+    try:
+        return _checked_pair(pair, source_lang, target_lang, f"{where}, row {row + 1}")
+    except ValueError:
+        found = json_line_of_row(lines, row) if lines is not None else None
+        if found is not None:
+            number, value = found
+            written = value.get("translation", value) if isinstance(value, dict) else value
+            try:
+                _checked_pair(written, source_lang, target_lang, f"{lines}, line {number}")
+            except ValueError as at_line:
+                raise at_line from None
+        raise  # no line to name, or the line reads well as written: the row's own words, then
 
 
 def _row_pairs(dataset: Dataset, source_lang: str, target_lang: str, where: str):
@@ -225,13 +282,15 @@ def _row_pairs(dataset: Dataset, source_lang: str, target_lang: str, where: str)
     )
 
 
-def _rebuild_translation(dataset: Dataset, source_lang: str, target_lang: str, where: str) -> Dataset:
+def _rebuild_translation(
+    dataset: Dataset, source_lang: str, target_lang: str, where: str, lines: Path | None = None
+) -> Dataset:
     """Check every row in Python and rebuild the data as a single `translation` column."""
     pair_of = _row_pairs(dataset, source_lang, target_lang, where)
 
     def rebuild(batch, indices):
         pairs = [
-            _checked_pair(pair_of(batch, i), source_lang, target_lang, f"{where}, row {row + 1}")
+            _checked_row(pair_of(batch, i), source_lang, target_lang, where, row, lines)
             for i, row in enumerate(indices)
         ]
         return {"translation": pairs}
@@ -269,19 +328,20 @@ def _first_bad_row(dataset: Dataset, languages: Sequence[str]) -> int | None:
     return None if index < 0 else index
 
 
-def _validated(dataset: Dataset, source_lang: str, target_lang: str, where: str) -> Dataset:
-    """Return `dataset` as a single `translation` column after checking every row has both texts."""
+def _validated(dataset: Dataset, source_lang: str, target_lang: str, where: str, lines: Path | None = None) -> Dataset:
+    """Return `dataset` as a single `translation` column after checking every row has both texts; a bad row is named
+    by its line of `lines`, the JSON Lines file it was read from, where there is one (`_checked_row`)."""
     if len(dataset) == 0:
         raise ValueError(f"{where} has no rows; expected translation pairs")
     languages = _struct_languages(dataset)
     if languages is None or not {source_lang, target_lang} <= set(languages):
-        return _rebuild_translation(dataset, source_lang, target_lang, where)
+        return _rebuild_translation(dataset, source_lang, target_lang, where, lines)
     # Hub-sized corpora (WMT14: 4.5M pairs) are already in this layout: check them vectorized, without a copy, and
     # let the Python check word the error for the first bad row.
     row = _first_bad_row(dataset, (source_lang, target_lang))
     if row is not None:
         pair = dataset[row]["translation"]
-        _checked_pair(pair, source_lang, target_lang, f"{where}, row {row + 1}")
+        _checked_row(pair, source_lang, target_lang, where, row, lines)
         # Arrow's idea of whitespace is a little wider than str.strip's.
         raise ValueError(f"{where}, row {row + 1}: {pair!r} has a blank text; expected a sentence in each language")
     # A plain struct (from JSON, say) becomes the Translation feature that Hub translation datasets declare.
@@ -311,7 +371,7 @@ def _load_table(path: Path, source_lang: str, target_lang: str, cache_dir: str |
     else:
         options, where = {}, str(path)
     dataset = load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir, **options)
-    return _validated(dataset, source_lang, target_lang, where)
+    return _validated(dataset, source_lang, target_lang, where, lines=path if builder == "json" else None)
 
 
 def load_table_pairs(
@@ -415,7 +475,8 @@ def _keep_fitting(batch: pa.Table, max_length: int) -> pa.Table:
     return batch.filter(fits)
 
 
-def _check_max_length(max_length: int | None) -> None:
+def check_max_length(max_length: int | None) -> None:
+    """Refuses a `max_length` that is not None or an int >= 2, before any tokenizing."""
     if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
         raise ValueError(f"max_length must be None or an int >= 2 (a token plus </s>), got {max_length!r}")
 
@@ -423,7 +484,7 @@ def _check_max_length(max_length: int | None) -> None:
 def filter_by_length(tokenized: Dataset, max_length: int, num_proc: int | None = None, name: str = "dataset"):
     """Drop the pairs of a tokenized dataset whose source or target (counting the </s>) has more than `max_length`
     tokens, and log how many (WARNING when any is dropped)."""
-    _check_max_length(max_length)
+    check_max_length(max_length)
     # A map that returns fewer rows, not `Dataset.filter`: a filter leaves the kept rows behind an index mapping,
     # through which every later read (the sampler's lengths, each batch) gathers a copy (47 s for 4.5M pairs'
     # lengths); this writes the kept rows out once, in Arrow, and the result is cached like the tokenization.
@@ -482,7 +543,7 @@ def tokenize_pairs(
     Arrow files, so a second run over the same data and tokenizer reads them back.
     """
     _check_languages(source_lang, target_lang)
-    _check_max_length(max_length)
+    check_max_length(max_length)
     if num_proc is not None and (isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1):
         raise ValueError(f"num_proc must be None or an int >= 1 (worker processes), got {num_proc!r}")
     _check_tokenizer(tokenizer)

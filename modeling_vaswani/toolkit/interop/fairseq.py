@@ -34,7 +34,6 @@ log(1 + extra * p(<unk>)), nothing when dict.txt covers the merges); generation 
 
 import argparse
 import math
-import pickle
 import re
 from pathlib import Path
 
@@ -46,6 +45,7 @@ from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
 from ..checkpoints import check_new_folder
 from .marian import ConversionError
+from .pickles import load_weights_only
 
 FAIRSEQ_LAYER_NORM_EPS = 1e-5  # fairseq's LayerNorm: torch.nn.LayerNorm's default epsilon
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary: bos 0, pad 1, eos 2, unk 3, then dict.txt
@@ -97,6 +97,10 @@ LEGACY_ENCODER_NORMS = {"layer_norms.0": "self_attn_layer_norm", "layer_norms.1"
 LAYER_KEY = re.compile(r"(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)")
 EMBEDDINGS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 TIED_OUTPUTS = ("decoder.output_projection.weight", "decoder.embed_out")
+CHECKPOINT_EXPECTED = (
+    "a fairseq checkpoint saved by torch.save: a dict of 'args' (or 'cfg') and 'model' holding tensors, plain "
+    "containers and argparse.Namespace only, which loads with weights_only=True"
+)
 IGNORED = re.compile(r"(encoder|decoder)\.(version|embed_positions\._float_tensor)")  # bookkeeping buffers
 
 
@@ -105,19 +109,18 @@ IGNORED = re.compile(r"(encoder|decoder)\.(version|embed_positions\._float_tenso
 
 def load_checkpoint(path: str | Path) -> dict:
     """fairseq's checkpoint dict, loaded with `weights_only=True` and argparse.Namespace (fairseq's "args") allowed:
-    nothing else is unpickled. A file that needs other globals is refused with their names."""
-    try:
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
-        unsafe = [name for name in unsafe if name != "argparse.Namespace"]
-        raise ConversionError(
-            f"{path} needs globals outside the allow-list to load ({', '.join(unsafe) or error}); expected a fairseq "
-            "checkpoint of tensors, plain containers and argparse.Namespace, which loads with weights_only=True"
-        ) from None
+    nothing else is unpickled. Both of torch.save's formats load (the zip one, and the legacy one of older releases);
+    a file that needs other globals is refused with their names, any other file (a plain pickle, a truncated file)
+    with its name and what was expected (`pickles.load_weights_only`)."""
+    checkpoint = load_weights_only(
+        path,
+        ConversionError,
+        expected=CHECKPOINT_EXPECTED,
+        allowed=[argparse.Namespace],
+        remedy="If you trust its source, load it there and torch.save it again holding only those",
+    )
     if not isinstance(checkpoint, dict) or not isinstance(checkpoint.get("model"), dict):
-        raise ConversionError(f"{path} holds no 'model' state dict; expected a fairseq checkpoint (args/cfg, model)")
+        raise ConversionError(f"{path} holds no 'model' state dict; expected {CHECKPOINT_EXPECTED}")
     return checkpoint
 
 

@@ -24,10 +24,13 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
+from transformers.utils.hub import cached_file, get_checkpoint_shard_files
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
-from ..checkpoints import check_new_folder
+from ..checkpoints import check_new_folder, open_weights, read_json
+from .pickles import load_weights_only
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # MarianMT's nn.LayerNorm(d_model) keeps torch's default epsilon
 
@@ -223,14 +226,19 @@ def _carry_generation_settings(marian: GenerationConfig, ours: GenerationConfig)
 
 def load_marian(name_or_path: str, revision: str | None = None) -> tuple[MarianMTModel, object]:
     """A MarianMTModel and its tokenizer from a folder or Hub id, refusing a checkpoint whose weights do not all
-    load: unknown ones (which MarianMTModel would drop), missing ones (left random) or ones of the wrong shape."""
-    check_marian_config(AutoConfig.from_pretrained(name_or_path, revision=revision))
-    model, info = MarianMTModel.from_pretrained(name_or_path, revision=revision, output_loading_info=True)
+    load: unreadable files, tensors of the wrong shape (`check_marian_weights`, before transformers' loader), unknown
+    weights (which MarianMTModel would drop) or missing ones (left random)."""
+    config = AutoConfig.from_pretrained(name_or_path, revision=revision)
+    check_marian_config(config)
+    check_marian_weights(config, marian_weight_shapes(name_or_path, revision), name_or_path)
+    model, info = MarianMTModel.from_pretrained(
+        name_or_path, revision=revision, output_loading_info=True, ignore_mismatched_sizes=True
+    )
     missing = [key for key in info["missing_keys"] if key not in (*POSITION_KEYS, "final_logits_bias")]
     problems = {
         "unknown weights": sorted(info["unexpected_keys"]),
         "missing weights": sorted(missing),
-        "weights of the wrong shape": sorted(str(key) for key in info["mismatched_keys"]),
+        "weights of the wrong shape": sorted(_mismatch(key) for key in info["mismatched_keys"]),
     }
     for problem, keys in problems.items():
         if keys:
@@ -239,6 +247,97 @@ def load_marian(name_or_path: str, revision: str | None = None) -> tuple[MarianM
                 "expected exactly the weights of a MarianMTModel"
             )
     return model.eval(), AutoTokenizer.from_pretrained(name_or_path, revision=revision)
+
+
+def _mismatch(key) -> str:
+    """transformers' record of a tensor of the wrong shape, (name, stored shape, model's shape), as words."""
+    if isinstance(key, tuple) and len(key) == 3:
+        name, stored, expected = key
+        return f"{name} is {tuple(stored)}, expected {tuple(expected)}"
+    return str(key)
+
+
+def marian_weight_files(name_or_path: str, revision: str | None = None) -> list[Path]:
+    """The files MarianMTModel.from_pretrained reads the weights from, chosen as it chooses them: model.safetensors,
+    else the shards of model.safetensors.index.json, else pytorch_model.bin (or the shards of its index). A Hub id's
+    files are fetched into the cache, where from_pretrained then finds them."""
+    folder = Path(name_or_path).expanduser()
+    for name in (SAFE_WEIGHTS_NAME, SAFE_WEIGHTS_INDEX_NAME, WEIGHTS_NAME, WEIGHTS_INDEX_NAME):
+        if folder.is_dir():
+            found = folder / name if (folder / name).is_file() else None
+        else:
+            found = cached_file(name_or_path, name, revision=revision, _raise_exceptions_for_missing_entries=False)
+            found = Path(found) if found else None
+        if found is None:
+            continue
+        if not name.endswith(".index.json"):
+            return [found]
+        if folder.is_dir():
+            shards = sorted({folder / shard for shard in _index_map(found).values()})
+        else:
+            shards, _ = get_checkpoint_shard_files(name_or_path, str(found), revision=revision)
+            shards = [Path(shard) for shard in shards]
+        missing = [shard.name for shard in shards if not shard.is_file()]
+        if missing:
+            raise ConversionError(f"{found} names shards that are missing ({', '.join(missing[:5])}); expected all")
+        return shards
+    raise ConversionError(
+        f"{name_or_path} has no weights; expected {SAFE_WEIGHTS_NAME} or {WEIGHTS_NAME} (or a sharded index) as "
+        "MarianMTModel.save_pretrained writes them"
+    )
+
+
+def _index_map(index: Path) -> dict:
+    names = read_json(index).get("weight_map")
+    if not isinstance(names, dict) or not names:
+        raise ConversionError(f"{index} has no weight_map naming tensors and their shards; expected the index")
+    return names
+
+
+def marian_weight_shapes(name_or_path: str, revision: str | None = None) -> dict[str, tuple[tuple[int, ...], Path]]:
+    """Every stored tensor's shape and file, read without transformers' loader and without the tensors' data:
+    safetensors headers (a truncated file is named), or a pytorch_model.bin read weights-only on the meta device (a
+    pickle that needs code is refused, by name, and nothing in it is run)."""
+    shapes = {}
+    for path in marian_weight_files(name_or_path, revision):
+        if path.suffix == ".safetensors":
+            with open_weights(path) as weights:
+                shapes.update({key: (tuple(weights.get_slice(key).get_shape()), path) for key in weights.keys()})
+            continue
+        state_dict = load_weights_only(
+            path,
+            ConversionError,
+            expected=f"a MarianMTModel's {WEIGHTS_NAME}: a state dict of tensors, as torch.save writes it",
+            remedy=(
+                "If you trust its source, convert it to safetensors there "
+                "(MarianMTModel.from_pretrained(folder, weights_only=False).save_pretrained(folder) writes "
+                f"{SAFE_WEIGHTS_NAME}) and convert that"
+            ),
+            map_location="meta",
+        )
+        if not isinstance(state_dict, dict) or not all(isinstance(t, torch.Tensor) for t in state_dict.values()):
+            raise ConversionError(f"{path} holds no state dict of tensors; expected a MarianMTModel's {WEIGHTS_NAME}")
+        shapes.update({key: (tuple(tensor.shape), path) for key, tensor in state_dict.items()})
+    return shapes
+
+
+def check_marian_weights(config, shapes: dict[str, tuple[tuple[int, ...], Path]], name_or_path: str) -> None:
+    """Every stored tensor of a MarianMTModel's must have the shape its config.json implies; the first that does not
+    is refused by name, with both shapes and its file. (The model is built on the meta device, which costs nothing.)
+    Tensors the model does not have are left to `load_marian`'s check after loading."""
+    with torch.device("meta"):
+        expected = MarianMTModel(config).state_dict()
+    described = (
+        f"{name_or_path}'s config.json (vocab_size {config.vocab_size}, d_model {config.d_model}, "
+        f"encoder_ffn_dim {config.encoder_ffn_dim}, {config.encoder_layers}+{config.decoder_layers} layers, "
+        f"max_position_embeddings {config.max_position_embeddings})"
+    )
+    for key, (shape, path) in shapes.items():
+        if key in expected and tuple(expected[key].shape) != shape:
+            raise ConversionError(
+                f"{path}: tensor {key!r} is {shape} but {described} implies {tuple(expected[key].shape)}; expected "
+                "the weights of the model its config describes"
+            )
 
 
 def convert_marian_checkpoint(

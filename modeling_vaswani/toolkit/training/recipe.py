@@ -8,7 +8,7 @@ import json
 import logging
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from inspect import getsource
 from pathlib import Path
@@ -24,12 +24,18 @@ from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
 from ..checkpoints import find_checkpoints
 from ..data import tokenizer as tokenizer_module
+from ..data.batching import check_examples_fit
 from ..data.corpora import (
     MULTI30K_SPLITS,
+    check_max_length,
+    filter_by_length,
     load_hub_pairs,
     load_multi30k,
     load_table_pairs,
     load_text_pairs,
+    multi30k_files,
+    table_row_location,
+    text_pair_location,
     tokenize_pairs,
 )
 from ..data.tokenizer import train_tokenizer_from_texts
@@ -151,6 +157,19 @@ def load_data(args: DataArguments) -> DatasetDict:
         if limit is not None and split in data:
             data[split] = data[split].select(range(min(limit, len(data[split]))))
     return data
+
+
+def train_example_location(args: DataArguments) -> Callable[[int], str]:
+    """How `load_data`'s training example `index` (counted from 0) is named to the user: by its line where it came
+    from files (--max_train_samples keeps the first N pairs, so the indices are the files'), else by its number."""
+    if args.dataset_name:
+        return lambda index: f"{index + 1} (counted from 1) of {args.dataset_name}'s train split"
+    if args.train_source_file:
+        return lambda index: f"at {text_pair_location(args.train_source_file, args.train_target_file, index)}"
+    if args.train_file:
+        return lambda index: f"at {table_row_location(args.train_file, index)}"
+    files = multi30k_files("train", languages=(args.source_lang, args.target_lang))
+    return lambda index: f"at {text_pair_location(files[args.source_lang], files[args.target_lang], index)}"
 
 
 def prepare_tokenizer(model_args: ModelArguments, train_split, source_lang: str, target_lang: str, output_dir: Path):
@@ -275,13 +294,18 @@ def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
     """Trains, averages, translates the test split with the final model and scores it. Returns the results."""
     check_output_and_resume(model_args, training_args)
+    check_max_length(data_args.max_length)
     output_dir = Path(training_args.output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     data = load_data(data_args)
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     tokenizer = prepare_tokenizer(model_args, data["train"], source_lang, target_lang, output_dir)
     workers = data_args.preprocessing_num_workers
-    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, data_args.max_length, workers)
+    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, num_proc=workers)
+    if training_args.max_tokens is not None:  # before the model is built, naming the example by its line
+        check_examples_fit(train, training_args.max_tokens, data_args.max_length, train_example_location(data_args))
+    if data_args.max_length is not None:
+        train = filter_by_length(train, data_args.max_length, workers, "train")
     validation = data.get(data_args.validation_split)
     if validation is not None:
         validation = tokenize_pairs(validation, tokenizer, source_lang, target_lang, num_proc=workers)

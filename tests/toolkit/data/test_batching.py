@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from modeling_vaswani.toolkit.data.batching import TokenBudgetBatchSampler
+from modeling_vaswani.toolkit.data.batching import TokenBudgetBatchSampler, check_examples_fit
 
 
 def random_lengths(count, seed=0, longest=40):
@@ -101,8 +101,36 @@ def test_without_shuffle_batches_come_shortest_first_and_ignore_epoch():
 
 
 def test_example_longer_than_budget_is_an_error_naming_it():
-    with pytest.raises(ValueError, match=r"example 2 \(source length 4, target length 51\).*max_tokens=50"):
+    with pytest.raises(
+        ValueError,
+        match=r"example 3 \(counted from 1; source length 4, target length 51\) alone exceeds max_tokens=50.*"
+        r"Expected max_tokens >= 51, or the longer pairs dropped \(max_length\)",
+    ):
         TokenBudgetBatchSampler([3, 4, 4], [3, 4, 51], max_tokens=50)
+
+
+def test_examples_over_the_budget_are_refused_by_name_before_any_batch_is_cut():
+    """vaswani-train checks the tokenized training set before building the model: the first example no batch can
+    hold, named by the caller (its file and line) or counted from 1, its token counts, the budget and the ways out;
+    examples that --max_length drops do not count."""
+    dataset = datasets.Dataset.from_dict(
+        {"input_ids": [[1] * n for n in (3, 30, 4, 60)], "labels": [[1] * n for n in (3, 8, 45, 2)]}
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^training example 2 \(counted from 1\) has 30 source and 8 target tokens \(</s> included\), more "
+        r"than --max_tokens 20 .*; 2 more example\(s\) do too\. Expected --max_tokens >= 30 \(60 for all of them\), "
+        r"or --max_length 20 to drop",
+    ):
+        check_examples_fit(dataset, max_tokens=20)
+    with pytest.raises(ValueError, match=r"^training example at train\.en, line 3 has 4 source and 45 target tokens"):
+        check_examples_fit(dataset, 40, name_example=lambda index: f"at train.en, line {index + 1}")
+    with pytest.raises(ValueError, match=r"example 2 .* Expected --max_tokens >= 30, or --max_length 20"):
+        check_examples_fit(dataset, 20, max_length=44)  # the 45- and 60-token pairs are dropped
+    check_examples_fit(dataset, 20, max_length=20)  # all longer ones dropped: nothing left over the budget
+    check_examples_fit(dataset, 60)
+    with pytest.raises(ValueError, match="max_tokens must be > 0, got 0"):
+        check_examples_fit(dataset, 0)
 
 
 @pytest.mark.parametrize(

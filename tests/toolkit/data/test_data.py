@@ -174,7 +174,21 @@ def test_jsonl_row_without_a_language_is_named(tmp_path, cache_dir):
     ]
     path = tmp_path / "missing.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"missing\.jsonl, row 3: no 'de' text"):
+    with pytest.raises(ValueError, match=r"missing\.jsonl, line 3: no 'de' text \(found keys \['en'\]\)"):
+        load_table_pairs(path, "en", "de", cache_dir=cache_dir)
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["language columns", "translation dicts"])
+def test_jsonl_null_text_is_named_by_its_line_apart_from_a_missing_one(tmp_path, cache_dir, nested):
+    """`datasets` reads a null and a missing key alike (None); the file tells them apart, and its line (blank lines
+    are no rows) names the row."""
+    rows = [{"en": "a", "de": "b"}, None, {"en": "c", "de": "d"}, {"en": "e", "de": None}, {"en": "f"}]
+    lines = ["" if row is None else json.dumps({"translation": row} if nested else row) for row in rows]
+    path = write_lines(tmp_path / "null.jsonl", lines)
+    with pytest.raises(ValueError, match=r"null\.jsonl, line 4: the 'de' value is null; expected a string"):
+        load_table_pairs(path, "en", "de", cache_dir=cache_dir)
+    path = write_lines(tmp_path / "absent.jsonl", lines[:3] + lines[4:])
+    with pytest.raises(ValueError, match=r"absent\.jsonl, line 4: no 'de' text \(found keys \['en'\]\)"):
         load_table_pairs(path, "en", "de", cache_dir=cache_dir)
 
 

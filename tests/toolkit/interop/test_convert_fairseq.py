@@ -8,7 +8,9 @@ import argparse
 import collections
 import json
 import math
+import os
 import pathlib
+import pickle
 import re
 
 import pytest
@@ -24,7 +26,9 @@ from modeling_vaswani.toolkit.interop.fairseq import (
     MOSES_NORMALIZER,
     MOSES_PRE_TOKENIZER,
     convert_fairseq,
+    convert_fairseq_checkpoint,
     fairseq_tokenizer,
+    find_release_files,
     load_checkpoint,
     read_codes,
     read_dictionary,
@@ -672,6 +676,68 @@ def test_a_checkpoint_needing_other_globals_is_refused_without_unpickling_them(r
         ConversionError, match=r"needs globals outside the allow-list to load \(pathlib.PurePosixPath\)"
     ):
         load_checkpoint(tmp_path / "model.pt")
+
+
+class RunsCode:
+    """A pickle that, unpickled by a plain pickle.load, would call os.mkdir(marker): proof of what was run."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def test_a_legacy_format_checkpoint_loads_as_the_zip_format_does(release, tmp_path):
+    """torch.save(_use_new_zipfile_serialization=False), as releases before torch 1.6 were written: read weights-only
+    all the same, and converted alike."""
+    checkpoint = load_checkpoint(release / "model.pt")
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    for path in release.iterdir():
+        (legacy / path.name).write_bytes(path.read_bytes())
+    torch.save(checkpoint, legacy / "model.pt", _use_new_zipfile_serialization=False)
+    assert (legacy / "model.pt").read_bytes()[:2] != b"PK"  # not a zip file
+    loaded = load_checkpoint(legacy / "model.pt")
+    assert vars(loaded["args"]) == vars(checkpoint["args"]) and loaded["model"].keys() == checkpoint["model"].keys()
+    assert all(torch.equal(loaded["model"][key], tensor) for key, tensor in checkpoint["model"].items())
+    model = convert_fairseq_checkpoint(*find_release_files(legacy), tmp_path / "out")
+    assert (tmp_path / "out" / "model.safetensors").is_file() and isinstance(model, VaswaniForConditionalGeneration)
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip format", "legacy format"])
+def test_a_checkpoint_whose_pickle_carries_code_is_refused_by_name_and_not_run(release, state, tmp_path, legacy):
+    marker = tmp_path / "was-run"
+    checkpoint = {"args": fairseq_settings(), "model": state, "hook": RunsCode(marker)}
+    torch.save(checkpoint, tmp_path / "model.pt", _use_new_zipfile_serialization=not legacy)
+    with pytest.raises(ConversionError) as refused:
+        load_checkpoint(tmp_path / "model.pt")
+    message = str(refused.value)
+    assert message.startswith(f"{tmp_path / 'model.pt'} needs globals outside the allow-list to load (")
+    assert f"{os.mkdir.__module__}.mkdir" in message  # the global named
+    assert "only weights-only pickles are read (torch.load(weights_only=True))" in message
+    assert "expected a fairseq checkpoint saved by torch.save" in message
+    assert not marker.exists()
+
+
+def test_a_plain_pickle_or_a_truncated_checkpoint_is_refused_naming_the_file(release, tmp_path):
+    plain = tmp_path / "plain.pt"
+    plain.write_bytes(pickle.dumps({"args": vars(fairseq_settings()), "model": {"w": [1.0, 2.0]}}))
+    with pytest.raises(ConversionError) as refused:
+        load_checkpoint(plain)
+    assert str(refused.value).startswith(f"{plain} is not a file torch.save writes")
+    assert "expected a fairseq checkpoint saved by torch.save: a dict of 'args' (or 'cfg') and 'model'" in str(
+        refused.value
+    )
+    for legacy in (False, True):
+        truncated = tmp_path / f"truncated-{legacy}.pt"
+        torch.save(load_checkpoint(release / "model.pt"), truncated, _use_new_zipfile_serialization=not legacy)
+        data = truncated.read_bytes()
+        truncated.write_bytes(data[: len(data) // 2])
+        with pytest.raises(ConversionError, match=rf"^{re.escape(str(truncated))} is not a readable torch.save file"):
+            load_checkpoint(truncated)
+    with pytest.raises(ConversionError, match=rf"^{re.escape(str(tmp_path / 'none.pt'))} does not exist; expected"):
+        load_checkpoint(tmp_path / "none.pt")
 
 
 def test_release_folders_with_separate_dictionaries_or_no_codes_are_refused(release, tmp_path, capsys):

@@ -4,6 +4,7 @@ real MarianTokenizer (a SentencePiece model trained here on Multi30k), converted
 
 import copy
 import json
+import os
 
 import pytest
 import sentencepiece
@@ -279,6 +280,86 @@ def test_checkpoint_files_with_weights_that_do_not_fit_are_refused(marian_folder
     with pytest.raises(ConversionError, match=words):
         convert_marian_checkpoint(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def copy_folder(source, folder):
+    folder.mkdir()
+    for path in source.iterdir():
+        (folder / path.name).write_bytes(path.read_bytes())
+    return folder
+
+
+def test_a_tensor_whose_shape_does_not_fit_the_config_is_refused_by_name_before_loading(marian_folder, tmp_path):
+    """Not transformers' ignore_mismatched_sizes traceback: the tensor, both shapes and the file, before its loader."""
+    folder = copy_folder(marian_folder, tmp_path / "marian")
+    weights = load_file(folder / "model.safetensors")
+    weights["model.encoder.layers.1.fc1.weight"] = torch.zeros(63, 32)  # d_ff is 64
+    save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ConversionError) as refused:
+        convert_marian_checkpoint(folder, tmp_path / "out")
+    assert str(refused.value).startswith(
+        f"{folder / 'model.safetensors'}: tensor 'model.encoder.layers.1.fc1.weight' is (63, 32) but {folder}'s "
+        "config.json (vocab_size 250, d_model 32, encoder_ffn_dim 64, 2+2 layers, max_position_embeddings 64) "
+        "implies (64, 32)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_truncated_safetensors_file_is_named(marian_folder, tmp_path):
+    folder = copy_folder(marian_folder, tmp_path / "marian")
+    data = (folder / "model.safetensors").read_bytes()
+    (folder / "model.safetensors").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=rf"^{folder / 'model.safetensors'} is not a readable safetensors file"):
+        convert_marian_checkpoint(folder, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+class RunsCode:
+    """A pickle that, unpickled by a plain pickle.load, would call os.mkdir(marker): proof of what was run."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.mkdir, (self.marker,))
+
+
+def bin_folder(marian_folder, folder, legacy: bool = False, **extra):
+    """The Marian folder with its weights as a pytorch_model.bin (torch.save's zip or legacy format), `extra`
+    entries added to the state dict."""
+    copy_folder(marian_folder, folder)
+    weights = load_file(folder / "model.safetensors")
+    (folder / "model.safetensors").unlink()
+    torch.save({**weights, **extra}, folder / "pytorch_model.bin", _use_new_zipfile_serialization=not legacy)
+    return folder
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip format", "legacy format"])
+def test_a_pytorch_model_bin_converts_when_weights_only_and_is_refused_by_name_when_its_pickle_carries_code(
+    marian_folder, models, batch, tmp_path, legacy
+):
+    marian, _ = models
+    folder = bin_folder(marian_folder, tmp_path / "bin", legacy)
+    ours = convert_marian_checkpoint(folder, tmp_path / "out")
+    with torch.no_grad():
+        assert (ours(**batch).logits - marian(**batch).logits).abs().max() < 1e-5
+    marker = tmp_path / "was-run"
+    folder = bin_folder(marian_folder, tmp_path / "code", legacy, hook=RunsCode(marker))
+    with pytest.raises(ConversionError) as refused:
+        convert_marian_checkpoint(folder, tmp_path / "out2")
+    message = str(refused.value)
+    assert message.startswith(f"{folder / 'pytorch_model.bin'} needs globals outside the allow-list to load (")
+    assert f"{os.mkdir.__module__}.mkdir" in message
+    assert "only weights-only pickles are read (torch.load(weights_only=True))" in message
+    assert "convert it to safetensors" in message
+    assert not marker.exists() and not (tmp_path / "out2").exists()
+
+
+def test_a_misshapen_pytorch_model_bin_is_refused_by_name(marian_folder, tmp_path):
+    folder = bin_folder(marian_folder, tmp_path / "bin", **{"final_logits_bias": torch.zeros(1, 7)})
+    with pytest.raises(ConversionError, match=r"pytorch_model\.bin: tensor 'final_logits_bias' is \(1, 7\) but .*"
+                       r"implies \(1, 250\)"):  # fmt: skip
+        convert_marian_checkpoint(folder, tmp_path / "out")
 
 
 def test_tokenizers_that_do_not_fit_are_refused(marian_folder):

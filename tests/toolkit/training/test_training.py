@@ -222,3 +222,45 @@ def test_time_budget_stops_training_and_saves_a_checkpoint(checkpoint, tmp_path)
     step = trainer.state.global_step
     assert 0 < step < 100_000
     assert (tmp_path / f"checkpoint-{step}" / "model.safetensors").exists()  # saved where the budget ran out
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """The recipe with model building replaced by a failure, so that a refusal that comes late fails the test."""
+    from modeling_vaswani.toolkit.training import recipe
+
+    def build(*args, **kwargs):
+        raise AssertionError("the model was built before the bad --max_tokens was refused")
+
+    monkeypatch.setattr(recipe, "VaswaniForConditionalGeneration", build)
+    monkeypatch.setattr(recipe, "train_model", build)
+    return recipe
+
+
+def test_an_example_over_the_token_budget_is_refused_by_its_line_before_the_model_is_built(
+    checkpoint, tmp_path, no_model
+):
+    recipe = no_model
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    sentences = ["A dog.", "Two cats.", "A man in a blue shirt is riding a red bike down the long street.", "A bird."]
+    long_ids, target_ids = (len(tokenizer(text)["input_ids"]) for text in (sentences[2], "Ein Mann."))
+    (tmp_path / "train.en").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    (tmp_path / "train.de").write_text("Ein Hund.\nZwei Katzen.\nEin Mann.\nEin Vogel.\n", encoding="utf-8")
+    rows = [json.dumps({"en": sentence, "de": "Ein Satz."}) for sentence in sentences]
+    rows.insert(1, "")  # a blank line, which is no row: the long pair is row 3 but line 4
+    (tmp_path / "train.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    common = ["--tokenizer_name_or_path", str(checkpoint), "--max_tokens", "10", "--use_cpu", "--report_to", "none"]
+    texts = ["--train_source_file", str(tmp_path / "train.en"), "--train_target_file", str(tmp_path / "train.de")]
+    with pytest.raises(ValueError) as refused:
+        recipe.run(*recipe.parse_arguments([*common, *texts, "--output_dir", str(tmp_path / "a")]))
+    assert str(refused.value).startswith(
+        f"training example at line 3 of {tmp_path / 'train.en'} and {tmp_path / 'train.de'} has {long_ids} source "
+        f"and {target_ids} target tokens (</s> included), more than --max_tokens 10"
+    )
+    assert f"Expected --max_tokens >= {long_ids}, or --max_length 10 to drop the pairs" in str(refused.value)
+    table = ["--train_file", str(tmp_path / "train.jsonl")]
+    with pytest.raises(ValueError, match=rf"^training example at .*train\.jsonl, line 4 has {long_ids} source"):
+        recipe.run(*recipe.parse_arguments([*common, *table, "--output_dir", str(tmp_path / "b")]))
+    dropped = ["--max_length", "10", "--output_dir", str(tmp_path / "c")]  # drops the long pair: on to the model
+    with pytest.raises(AssertionError, match="the model was built"):
+        recipe.run(*recipe.parse_arguments([*common, *texts, *dropped]))
