@@ -9,6 +9,7 @@ one is named the same way whichever command meets it.
 import json
 import math
 import re
+import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -74,13 +75,6 @@ def local_folder(name: str) -> Path | None:
     if not hub_id:
         raise ValueError(f"model folder {name} does not exist; expected a checkpoint folder or a Hub id (user/model)")
     return None
-
-
-def check_new_folder(output_dir: Path, error: type[Exception] = ValueError) -> None:
-    """Raises `error` for an `output_dir` that exists and is not an empty folder: a converter or exporter writes a new
-    one, so that its model is never mixed with other files."""
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise error(f"output folder {output_dir} exists and is not an empty folder; expected a new one")
 
 
 def is_ctranslate2_folder(folder: Path) -> bool:
@@ -165,6 +159,19 @@ def stored_shapes(folder: Path) -> dict[str, tuple[tuple[int, ...], Path]]:
     return shapes
 
 
+def check_torch_file(path: Path) -> None:
+    """A file torch.save wrote (optimizer.pt, scheduler.pt, ...) must be whole: it is a zip archive whose directory
+    sits at its end, so a truncated one is found without reading it (torch's own error names no file)."""
+    try:
+        with zipfile.ZipFile(path):
+            pass
+    except (zipfile.BadZipFile, OSError) as error:
+        raise CheckpointError(
+            f"{path} is not a readable torch.save file ({error}); expected it whole (truncated by a full disk or "
+            "an interrupted copy?)"
+        ) from error
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Validating
 # ---------------------------------------------------------------------------------------------------------------------
@@ -178,19 +185,6 @@ class Checkpoint:
     config: VaswaniConfig
     parameters: int
     results: dict | None  # results.json, where there is one
-
-
-def check_folder(folder: Path) -> None:
-    """The quick check before loading any seq2seq checkpoint (a Vaswani one, or a MarianMT one): a config, a
-    tokenizer and safetensors weights that open (named if they do not)."""
-    if not (folder / "config.json").is_file():
-        raise CheckpointError(
-            f"model folder {folder} has no config.json; expected a checkpoint written by save_pretrained"
-        )
-    check_tokenizer_files(folder)
-    for path in sorted(folder.glob("*.safetensors")):
-        with open_weights(path):
-            pass
 
 
 def validate_checkpoint(folder) -> Checkpoint:
@@ -219,7 +213,9 @@ def load_config(folder: Path) -> VaswaniConfig:
     """config.json of `folder`, which must be a Vaswani config."""
     path = folder / "config.json"
     if not path.is_file():
-        raise CheckpointError(f"{folder} has no config.json; expected a checkpoint written by save_pretrained")
+        raise CheckpointError(
+            f"model folder {folder} has no config.json; expected a checkpoint written by save_pretrained"
+        )
     values = read_json(path)
     if values.get("model_type") != VaswaniConfig.model_type:
         raise CheckpointError(
@@ -273,6 +269,11 @@ def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
     except (OSError, ValueError) as error:
+        if not (folder / "tokenizer.json").is_file():  # transformers then suggests installing sentencepiece
+            raise CheckpointError(
+                f"{folder}: the tokenizer does not load: tokenizer.json is missing beside tokenizer_config.json; "
+                "expected both, as save_pretrained writes them (lost in a copy?)"
+            ) from error
         raise CheckpointError(f"{folder}: the tokenizer does not load: {error}") from error
     if len(tokenizer) != config.vocab_size:
         raise CheckpointError(
@@ -286,15 +287,63 @@ def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
             )
 
 
+def check_same_tokenizer(folders: list[Path]) -> None:
+    """Checkpoints whose weights are combined (averaged) must share one tokenizer: the same tokens at the same ids and
+    the same merges, or one embedding row would stand for different tokens. Compared on tokenizer.json, which
+    save_pretrained of a fast tokenizer writes; folders without one must all lack it."""
+    reference = folders[-1]
+    expected = _tokenizer_content(reference)
+    for folder in folders[:-1]:
+        found = _tokenizer_content(folder)
+        if found != expected:
+            raise CheckpointError(
+                f"{folder} and {reference} have different tokenizers: {_first_difference(found, expected)}; "
+                "expected checkpoints of one model (one vocabulary), whose rows stand for the same tokens"
+            )
+
+
+def _tokenizer_content(folder: Path) -> dict | None:
+    path = folder / "tokenizer.json"
+    if not path.is_file():
+        return None
+    values = read_json(path)
+    model = values.get("model") or {}
+    vocabulary = model.get("vocab") or {}
+    if isinstance(vocabulary, list):  # Unigram: [piece, score] pairs in id order
+        vocabulary = {piece: index for index, (piece, _) in enumerate(vocabulary)}
+    tokens = {index: token for token, index in vocabulary.items()}
+    tokens.update({token["id"]: token["content"] for token in values.get("added_tokens") or []})
+    merges = [" ".join(merge) if isinstance(merge, list) else merge for merge in model.get("merges") or []]
+    return {"type": model.get("type"), "tokens": tokens, "merges": merges}
+
+
+def _first_difference(found: dict | None, expected: dict | None) -> str:
+    if found is None or expected is None:
+        return "one has a tokenizer.json and the other none"
+    if found["type"] != expected["type"]:
+        return f"a {found['type']} model against a {expected['type']} one"
+    if len(found["tokens"]) != len(expected["tokens"]):
+        return f"{len(found['tokens'])} tokens against {len(expected['tokens'])}"
+    for index in sorted(expected["tokens"]):
+        if found["tokens"].get(index) != expected["tokens"][index]:
+            return (
+                f"id {index} is {found['tokens'].get(index)!r} in one and {expected['tokens'][index]!r} in the other"
+            )
+    for number, (one, other) in enumerate(zip(found["merges"], expected["merges"], strict=False), start=1):
+        if one != other:
+            return f"merge {number} is {one!r} in one and {other!r} in the other"
+    return f"{len(found['merges'])} merges against {len(expected['merges'])}"
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------------------------------
 
 
 def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remote_code: bool = False):
-    """The PyTorch model and tokenizer of a checkpoint folder or Hub id, after the checks of `local_folder` and
-    `check_folder` on a folder (a `revision` applies to Hub ids only). A CTranslate2 export is refused here: the
-    serving room runs those (`serving.engines.load_translator`)."""
+    """The PyTorch model and tokenizer of a Vaswani checkpoint folder or Hub id, a folder checked first by
+    `validate_checkpoint` (config, tensors, tokenizer; a `revision` applies to Hub ids only). A CTranslate2 export
+    is refused here: the serving room runs those (`serving.engines.load_translator`)."""
     folder = local_folder(name)
     if folder is not None and revision is not None:
         raise ValueError(f"--revision {revision} applies to Hub ids; {name} is a local folder")
@@ -304,7 +353,13 @@ def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remot
             "give the checkpoint folder it was exported from"
         )
     if folder is not None:
-        check_folder(folder)
+        validate_checkpoint(folder)
         name = str(folder)  # "~" expanded
     options = {"revision": revision, "trust_remote_code": trust_remote_code}
-    return AutoModelForSeq2SeqLM.from_pretrained(name, **options), AutoTokenizer.from_pretrained(name, **options)
+    model = AutoModelForSeq2SeqLM.from_pretrained(name, **options)
+    if model.config.model_type != VaswaniConfig.model_type:  # a Hub id: its config is only known now
+        raise CheckpointError(
+            f"{name} holds a {model.config.model_type!r} model; expected a Vaswani checkpoint (model_type "
+            f"{VaswaniConfig.model_type!r})"
+        )
+    return model, AutoTokenizer.from_pretrained(name, **options)

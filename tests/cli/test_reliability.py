@@ -93,8 +93,9 @@ def vocab_300(tmp_path_factory):
     folder = tmp_path_factory.mktemp("vocab300")
     corpus = folder / "corpus.txt"
     corpus.write_text("\n".join(read_sentences(multi30k_files("train")["en"])[:1000]) + "\n", encoding="utf-8")
-    tokenizer = train_tokenizer([corpus], vocab_size=300, output_dir=folder)
+    tokenizer = train_tokenizer([corpus], vocab_size=300)
     corpus.unlink()
+    tokenizer.save_pretrained(folder)
     config = preset_config("small", tokenizer, **TINY)
     config.save_pretrained(folder)
     model_weights(folder, preset_config("small", tokenizer, **{**TINY, "vocab_size": 8000}))
@@ -443,7 +444,7 @@ def test_plot_attention_refuses_an_empty_sentence_and_a_file_as_output_dir(check
     assert "sentence 1 is empty; expected text to translate" in error and not output.exists()
     output.write_text("not a folder")
     error = refused(plot_command.main, [checkpoint, "A man.", "--output_dir", output], capsys)
-    assert f"--output_dir {output} is a file; expected a folder (made if it does not exist)" in error
+    assert f"output folder {output} is a file; expected a new folder or an earlier output of vaswani-plot" in error
 
 
 @pytest.mark.parametrize(
@@ -451,7 +452,7 @@ def test_plot_attention_refuses_an_empty_sentence_and_a_file_as_output_dir(check
     [
         (["--vocab_size", "100"], "vocab_size must be an int >= 260"),
         (["--min_frequency", "0"], "min_frequency must be an int >= 1"),
-        (["--output_dir", "{file}"], "--output_dir {file} is a file; expected a folder (made if it does not exist)"),
+        (["--output_dir", "{file}"], "output folder {file} is a file; expected a new folder or an earlier output of"),
     ],
 )
 def test_train_tokenizer_refuses_bad_values_before_training(tmp_path, capsys, argv, message):
@@ -495,7 +496,7 @@ def hidden(parent) -> list[str]:
 
 
 def test_average_removes_the_staging_folders_a_killed_run_left(run, tmp_path):
-    stale = tmp_path / ".averaged.tmp-x1y2z3"
+    stale = tmp_path / ".averaged.partial-x1y2z3"
     make_checkpoint(stale, 9)  # complete or not, the run that wrote it did not finish
     (tmp_path / ".other.tmp-keep").mkdir()  # another output's: not ours to remove
     output = average_checkpoints(checkpoints(run), tmp_path / "averaged")
@@ -506,7 +507,7 @@ def test_average_removes_the_staging_folders_a_killed_run_left(run, tmp_path):
 def test_average_restores_an_output_a_killed_swap_left_aside_even_when_it_then_fails(run, tmp_path):
     """Killed between the swap's two renames: the earlier output only under its hidden name, beside the staging."""
     previous = make_checkpoint(tmp_path / ".averaged.old", 7)
-    make_checkpoint(tmp_path / ".averaged.tmp-abc", 2)
+    make_checkpoint(tmp_path / ".averaged.partial-abc", 2)
     broken = make_checkpoint(tmp_path / "broken", 0)
     save_file({"v": torch.zeros(1)}, broken / "model.safetensors")
     with pytest.raises(ValueError, match="checkpoints differ in their tensors"):
@@ -525,7 +526,7 @@ def test_average_deletes_an_old_output_a_run_killed_while_deleting_it_left(run, 
 
 
 def test_average_refuses_an_output_holding_folders(run):
-    with pytest.raises(ValueError, match=f"output directory {run} holds folders \\(checkpoint-1, checkpoint-2, "):
+    with pytest.raises(ValueError, match=f"output folder {run} holds checkpoint-1/, checkpoint-2/, "):
         average_checkpoints(checkpoints(run)[1:], run)
     assert [path.name for path in checkpoints(run) if path.is_dir()] == [
         "checkpoint-1",

@@ -25,17 +25,18 @@ def command(name: str) -> list[str]:
 TINY = {"d_model": 32, "d_ff": 64, "num_heads": 4, "encoder_layers": 2, "decoder_layers": 2}
 
 
-def tiny_checkpoint(folder: Path, seed: int = 0, lines: int = 2000) -> Path:
+def tiny_checkpoint(folder: Path, seed: int = 0, lines: int = 2000, languages=("en", "de")) -> Path:
     """A BPE tokenizer trained on the first `lines` Multi30k pairs and an untrained tiny model, saved together."""
     folder.mkdir(parents=True, exist_ok=True)
     texts = []
-    for language, path in multi30k_files("train").items():
+    for language, path in multi30k_files("train", languages=languages).items():
         text = folder / f"corpus.{language}"
         text.write_text("\n".join(read_sentences(path)[:lines]) + "\n", encoding="utf-8")
         texts.append(text)
-    tokenizer = train_tokenizer(texts, vocab_size=400, output_dir=folder)
+    tokenizer = train_tokenizer(texts, vocab_size=400)
     for text in texts:
         text.unlink()
+    tokenizer.save_pretrained(folder)
     torch.manual_seed(seed)
     model = VaswaniForConditionalGeneration(preset_config("small", tokenizer, **TINY))
     model.save_pretrained(folder)

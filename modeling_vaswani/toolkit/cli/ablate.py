@@ -16,8 +16,10 @@ from pathlib import Path
 
 from ..runtime import apply_process_settings
 from ..training.ablation import parse_arguments, run
+from .shell import command
 
 
+@command("vaswani-ablate")
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..data.corpora import iter_stream_lines, iter_text_lines
+from ..outputs import check_writable
 
 
 def positive_int(text: str) -> int:
@@ -32,8 +33,9 @@ def read_input(path: str | Path | None) -> list[str]:
 
 
 def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
-    """`path` if a file can be written there: its folder exists and it is no folder, nor one of `inputs`, which
-    writing it would destroy. Checked before any sentence is translated, so that no work is lost at the end."""
+    """`path` if a file can be written there: its folder exists, can be written and has room for about the inputs'
+    size, and it is no folder, nor one of `inputs`, which writing it would destroy. Checked before any sentence is
+    translated, so that no work is lost at the end."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"--output {path} is a folder; expected the path of a file to write")
@@ -46,4 +48,6 @@ def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()
             raise ValueError(
                 f"--output {path} is also an input; expected another file, since writing it would destroy that input"
             )
+    sizes = [Path(source).stat().st_size for source in inputs if source is not None and Path(source).is_file()]
+    check_writable(path, need_bytes=max(sizes, default=0))  # a translation is about as long as its source
     return path

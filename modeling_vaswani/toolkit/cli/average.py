@@ -4,8 +4,9 @@ vaswani-average --output_dir_of_training runs/base --last 5 --output runs/base-a
 vaswani-average runs/base/checkpoint-99000 runs/base/checkpoint-100000 --output averaged
 
 Refused before anything is written: a checkpoint that is missing, given twice, or whose weights do not open or do not
-match the others', and an --output that is a file, a checkpoint, or a folder holding folders (not an earlier average).
-What a killed run left beside --output is cleaned up, or restored, first.
+match the others', checkpoints of different tokenizers, and an --output that is a file, a checkpoint, or a folder
+holding anything but an earlier model (named). The average is written aside and replaces --output when complete; what
+a killed run left beside --output is cleaned up, or restored, first.
 """
 
 import argparse
@@ -14,6 +15,7 @@ from ..checkpoints import find_checkpoints
 from ..runtime import apply_process_settings
 from ..training.averaging import average_checkpoints
 from .arguments import positive_int
+from .shell import command
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -34,14 +36,12 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     return parser, arguments
 
 
+@command("vaswani-average")
 def main(argv=None) -> None:
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
-    parser, arguments = parse_arguments(argv)
-    try:
-        checkpoints = arguments.checkpoints or find_checkpoints(arguments.output_dir_of_training, arguments.last)
-        output = average_checkpoints(checkpoints, arguments.output)
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
+    _, arguments = parse_arguments(argv)
+    checkpoints = arguments.checkpoints or find_checkpoints(arguments.output_dir_of_training, arguments.last)
+    output = average_checkpoints(checkpoints, arguments.output)
     print(f"averaged {len(checkpoints)} checkpoints into {output}:")
     for checkpoint in checkpoints:
         print(f"  {checkpoint}")

@@ -8,9 +8,10 @@ vaswani-convert fairseq model.pt dict.en.txt bpecodes runs/converted
 
 Each kind of checkpoint is a subcommand. `fairseq` takes either a released folder as its tarball unpacks (model.pt,
 dict.SRC.txt and dict.TGT.txt with the same lines, bpecodes) or the three files: the checkpoint, the shared
-dictionary (dict.txt) and the subword-nmt BPE codes. The output folder (new or empty) holds the model, its tokenizer
-and the model's code, and loads as every Vaswani checkpoint does. A checkpoint that does not fit the paper's network
-up to the recorded departures is refused, with the setting named, before anything is written.
+dictionary (dict.txt) and the subword-nmt BPE codes. The output folder (new, empty or its earlier output, replaced
+whole) holds the model, its tokenizer and the model's code, and loads as every Vaswani checkpoint does. A checkpoint
+that does not fit the paper's network up to the recorded departures is refused, with the setting named, before
+anything is written.
 """
 
 import argparse
@@ -18,6 +19,7 @@ import argparse
 from ..interop.fairseq import convert_fairseq_checkpoint, find_release_files
 from ..interop.marian import convert_marian_checkpoint, departures
 from ..runtime import apply_process_settings
+from .shell import command
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -25,7 +27,10 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     kinds = parser.add_subparsers(dest="kind", required=True, metavar="KIND")
     marian = kinds.add_parser("marian", help="a transformers MarianMT checkpoint (MarianMTModel + MarianTokenizer)")
     marian.add_argument("model", help="a MarianMT checkpoint folder or Hub id (Helsinki-NLP/opus-mt-en-de)")
-    marian.add_argument("output_dir", help="folder to write the Vaswani checkpoint to (new or empty)")
+    marian.add_argument(
+        "output_dir",
+        help="folder to write the Vaswani checkpoint to (new, empty or an earlier conversion)",
+    )
     marian.add_argument("--revision", help="with a Hub id: the branch, tag or commit to convert")
     fairseq = kinds.add_parser("fairseq", help="a fairseq Transformer checkpoint with its dictionary and BPE codes")
     fairseq.add_argument(
@@ -33,7 +38,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
         nargs="+",
         metavar="PATH",
         help="FOLDER OUTPUT_DIR (a released folder: model.pt, dict.*.txt, bpecodes) or "
-        "CHECKPOINT.pt DICT.txt BPECODES OUTPUT_DIR; OUTPUT_DIR new or empty",
+        "CHECKPOINT.pt DICT.txt BPECODES OUTPUT_DIR; OUTPUT_DIR new, empty or an earlier conversion",
     )
     arguments = parser.parse_args(argv)
     if arguments.kind == "fairseq" and len(arguments.paths) not in (2, 4):
@@ -51,13 +56,11 @@ def convert(arguments: argparse.Namespace):
     return inputs[0], convert_fairseq_checkpoint(*files, output_dir)
 
 
+@command("vaswani-convert")
 def main(argv=None) -> None:
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
-    parser, arguments = parse_arguments(argv)
-    try:
-        source, converted = convert(arguments)
-    except (ValueError, OSError) as error:
-        parser.error(str(error))
+    _, arguments = parse_arguments(argv)
+    source, converted = convert(arguments)
     output_dir = arguments.output_dir if arguments.kind == "marian" else arguments.paths[-1]
     changed = ", ".join(f"{name}={value!r}" for name, value in departures(converted.config).items())
     print(f"converted {source} into {output_dir}")

@@ -16,9 +16,11 @@ import json
 from ..data.corpora import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..evaluation.metrics import bleu
 from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
+from ..outputs import atomic_text
 from ..runtime import apply_process_settings
 from ..serving.engines import ENGINES, load_translator
 from .arguments import check_output_path, positive_int
+from .shell import command
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -46,33 +48,31 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     return parser, arguments
 
 
+@command("vaswani-evaluate")
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
-    parser, arguments = parse_arguments(argv)
+    _, arguments = parse_arguments(argv)
     if arguments.source:
         source, reference = arguments.source, arguments.reference
     else:
         test = multi30k_files("test", languages=(arguments.source_lang, arguments.target_lang))
         source, reference = test[arguments.source_lang], test[arguments.target_lang]
-    try:
-        if arguments.output:
-            check_output_path(arguments.output, [source, reference])
-        sources, references = read_sentences(source), read_sentences(reference)
-        if len(sources) != len(references):
-            raise ValueError(
-                f"{source} has {len(sources)} sentences but {reference} has {len(references)}; "
-                "expected one reference per source sentence"
-            )
-        model, tokenizer = load_translator(arguments.model, engine=arguments.engine)
-        limit = input_token_limit(model, arguments.max_input_tokens)
-    except (ValueError, OSError, ImportError) as error:
-        parser.error(str(error))
+    if arguments.output:
+        check_output_path(arguments.output, [source, reference])
+    sources, references = read_sentences(source), read_sentences(reference)
+    if len(sources) != len(references):
+        raise ValueError(
+            f"{source} has {len(sources)} sentences but {reference} has {len(references)}; "
+            "expected one reference per source sentence"
+        )
+    model, tokenizer = load_translator(arguments.model, engine=arguments.engine)
+    limit = input_token_limit(model, arguments.max_input_tokens)
     try:
         hypotheses = translate(model, tokenizer, sources, batch_size=arguments.batch_size, max_input_tokens=limit)
     except InputError as error:
-        parser.error(f"{source}, one sentence a line: {error}")
+        raise InputError(f"{source}, one sentence a line: {error}") from None
     if arguments.output:
-        with open(arguments.output, "w", encoding="utf-8") as handle:
+        with atomic_text(arguments.output) as handle:
             write_lines(hypotheses, handle)
     scores = bleu(hypotheses, references)
     print(f"sacreBLEU {scores['sacrebleu']:.2f} ({scores['signature']})")

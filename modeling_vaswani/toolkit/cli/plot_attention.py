@@ -9,12 +9,13 @@ folder that does not exist or whose weights are damaged, and a layer or head the
 """
 
 import argparse
-from pathlib import Path
 
 from ..checkpoints import load_model_and_tokenizer
 from ..evaluation.plotting import ATTENTION_KINDS, plot_attention
 from ..evaluation.translate import check_sentences
+from ..outputs import check_output_folder
 from ..runtime import apply_process_settings
+from .shell import command
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -34,10 +35,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     )
     parser.add_argument("--output_dir", default="attention", help="folder for the PNG files, one per kind and layer")
     parser.add_argument("--trust_remote_code", action="store_true", help="load the model's code from the checkpoint")
-    arguments = parser.parse_args(argv)
-    if Path(arguments.output_dir).exists() and not Path(arguments.output_dir).is_dir():
-        parser.error(f"--output_dir {arguments.output_dir} is a file; expected a folder (made if it does not exist)")
-    return parser, arguments
+    return parser, parser.parse_args(argv)
 
 
 def check_choices(config, kinds, layers, heads) -> None:
@@ -52,15 +50,14 @@ def check_choices(config, kinds, layers, heads) -> None:
             raise ValueError(f"--heads {head}: the model's layers have heads 0 to {config.num_heads - 1}")
 
 
+@command("vaswani-plot-attention")
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
-    parser, arguments = parse_arguments(argv)
-    try:
-        model, tokenizer = load_model_and_tokenizer(arguments.model, trust_remote_code=arguments.trust_remote_code)
-        check_choices(model.config, arguments.kinds, arguments.layers, arguments.heads)
-        check_sentences(tokenizer, [arguments.sentence], model.config.max_position_embeddings)
-    except (ValueError, OSError) as error:
-        parser.error(str(error))
+    _, arguments = parse_arguments(argv)
+    check_output_folder(arguments.output_dir, ("*.png",), "vaswani-plot-attention")
+    model, tokenizer = load_model_and_tokenizer(arguments.model, trust_remote_code=arguments.trust_remote_code)
+    check_choices(model.config, arguments.kinds, arguments.layers, arguments.heads)
+    check_sentences(tokenizer, [arguments.sentence], model.config.max_position_embeddings)
     files = plot_attention(
         model, tokenizer, arguments.sentence, arguments.output_dir, arguments.layers, arguments.heads, arguments.kinds
     )

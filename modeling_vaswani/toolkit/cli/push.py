@@ -16,11 +16,12 @@ Log in first (`hf auth login`) or set HF_TOKEN.
 
 import argparse
 
-from ..checkpoints import CheckpointError
 from ..hub.push import EvaluationSet, push_checkpoint
 from ..runtime import apply_process_settings
+from .shell import command
 
 
+@command("vaswani-push")
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,19 +54,16 @@ def main(argv=None):
     blank = [field for field, value in test_set.items() if not value.strip()]
     if blank:
         parser.error(f"--{blank[0].removesuffix('_id')} is empty; expected a value for the model card")
-    try:
-        url = push_checkpoint(
-            arguments.checkpoint,
-            arguments.repo_id,
-            private=arguments.private,
-            revision=arguments.revision,
-            commit_message=arguments.commit_message,
-            with_results=not arguments.no_results,
-            template=arguments.template,
-            test_set=test_set,
-        )
-    except (CheckpointError, FileNotFoundError) as error:  # FileNotFoundError: a --template file that is not there
-        parser.error(str(error))
+    url = push_checkpoint(
+        arguments.checkpoint,
+        arguments.repo_id,
+        private=arguments.private,
+        revision=arguments.revision,
+        commit_message=arguments.commit_message,
+        with_results=not arguments.no_results,
+        template=arguments.template,
+        test_set=test_set,
+    )
     print(url)
 
 

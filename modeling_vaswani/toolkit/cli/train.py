@@ -15,8 +15,10 @@ import torch
 
 from ..runtime import apply_process_settings
 from ..training.recipe import parse_arguments, run
+from .shell import command
 
 
+@command("vaswani-train")
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)

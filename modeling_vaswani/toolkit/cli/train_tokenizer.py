@@ -8,12 +8,13 @@ Refused before training: a file that is missing, a vocabulary size below the 260
 """
 
 import argparse
-from pathlib import Path
 
 from ..data.tokenizer import train_tokenizer
 from ..runtime import apply_process_settings
+from .shell import command
 
 
+@command("vaswani-train-tokenizer")
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -22,12 +23,7 @@ def main(argv=None):
     parser.add_argument("--output_dir", required=True, help="folder to save the tokenizer to")
     parser.add_argument("--min_frequency", type=int, default=2, help="occurrences of a pair before it is merged")
     args = parser.parse_args(argv)
-    if Path(args.output_dir).exists() and not Path(args.output_dir).is_dir():
-        parser.error(f"--output_dir {args.output_dir} is a file; expected a folder (made if it does not exist)")
-    try:
-        tokenizer = train_tokenizer(args.files, args.vocab_size, args.output_dir, args.min_frequency)
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
+    tokenizer = train_tokenizer(args.files, args.vocab_size, args.output_dir, args.min_frequency)
     print(f"saved tokenizer to {args.output_dir} (vocabulary size {len(tokenizer)})")
 
 

@@ -15,9 +15,11 @@ import io
 import sys
 
 from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
+from ..outputs import atomic_text
 from ..runtime import apply_process_settings
 from ..serving.engines import ENGINES, load_translator
 from .arguments import check_output_path, positive_int, read_input
+from .shell import command
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
@@ -42,22 +44,20 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     return parser, parser.parse_args(argv)
 
 
+@command("vaswani-translate")
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
-    parser, arguments = parse_arguments(argv)
-    try:
-        if arguments.output:
-            check_output_path(arguments.output, [arguments.input])
-        model, tokenizer = load_translator(
-            arguments.model,
-            revision=arguments.revision,
-            trust_remote_code=arguments.trust_remote_code,
-            engine=arguments.engine,
-        )
-        limit = input_token_limit(model, arguments.max_input_tokens)
-        sentences = read_input(arguments.input)  # after the model: standard input is read once, and may wait
-    except (ValueError, OSError, ImportError) as error:
-        parser.error(str(error))
+    _, arguments = parse_arguments(argv)
+    if arguments.output:
+        check_output_path(arguments.output, [arguments.input])
+    model, tokenizer = load_translator(
+        arguments.model,
+        revision=arguments.revision,
+        trust_remote_code=arguments.trust_remote_code,
+        engine=arguments.engine,
+    )
+    limit = input_token_limit(model, arguments.max_input_tokens)
+    sentences = read_input(arguments.input)  # after the model: standard input is read once, and may wait
     generate_kwargs = {k: v for k in ("num_beams", "max_new_tokens") if (v := getattr(arguments, k)) is not None}
     try:
         translations = translate(
@@ -70,15 +70,15 @@ def main(argv=None):
             **generate_kwargs,
         )
     except InputError as error:
-        parser.error(f"{arguments.input or 'standard input'}, one sentence a line: {error}")
+        raise InputError(f"{arguments.input or 'standard input'}, one sentence a line: {error}") from None
     write(translations, arguments.output)
 
 
 def write(translations: list[str], output: str | None) -> None:
-    """To `output`, else to standard output, in UTF-8 as the input is read, whatever the locale (whose codec could
-    fail on a word once all the work is done)."""
+    """To `output` (atomically: an earlier file stays whole until the new one is complete), else to standard output,
+    in UTF-8 as the input is read, whatever the locale (whose codec could fail on a word once all the work is done)."""
     if output:
-        with open(output, "w", encoding="utf-8") as target:
+        with atomic_text(output) as target:
             write_lines(translations, target)
         return
     if isinstance(sys.stdout, io.TextIOWrapper):

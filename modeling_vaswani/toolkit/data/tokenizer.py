@@ -18,6 +18,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
+from ..outputs import TOKENIZER_OUTPUT, check_output_folder, staged_folder
 from .corpora import iter_text_lines
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -77,11 +78,13 @@ def train_tokenizer(
     """Train a shared byte-level BPE vocabulary on `files` (source and target text, `.gz` allowed).
 
     Returns a fast tokenizer whose <pad>, <s> and </s> ids are VaswaniConfig's defaults (<unk> is 3) and which
-    appends </s>, and no <s>, to every encoded text, targets included. With `output_dir` it is also saved there, for
-    `AutoTokenizer.from_pretrained(output_dir)`.
+    appends </s>, and no <s>, to every encoded text, targets included. With `output_dir` (new, empty or an earlier
+    tokenizer, replaced whole) it is also saved there, for `AutoTokenizer.from_pretrained(output_dir)`.
     The vocabulary can come out smaller than `vocab_size` when the corpus has fewer pairs seen `min_frequency` times.
     """
     paths = _check_files(files)
+    if output_dir is not None:
+        check_output_folder(output_dir, TOKENIZER_OUTPUT, "vaswani-train-tokenizer")
     lines = (text for path in paths for _, text in iter_text_lines(path))  # bad bytes raise with file and line
     where = [str(path) for path in paths]
     return train_tokenizer_from_texts(lines, vocab_size, output_dir, min_frequency, show_progress, where=where)
@@ -123,5 +126,6 @@ def train_tokenizer_from_texts(
         split_special_tokens=True,
     )
     if output_dir is not None:
-        tokenizer.save_pretrained(str(output_dir))
+        with staged_folder(output_dir) as staged:
+            tokenizer.save_pretrained(str(staged))
     return tokenizer

@@ -14,6 +14,8 @@ import torch
 from matplotlib.figure import Figure
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
+from ..outputs import save_figure
+
 DPI = 120
 CONTINUATION = "##"  # marks a token that continues the word of the token before it, as in BERT's WordPiece
 # Byte-level BPE spells each byte with one printable symbol (GPT-2's table, which tokenizers' ByteLevel uses).
@@ -21,9 +23,7 @@ _BYTE_OF_SYMBOL = {symbol: byte for byte, symbol in bytes_to_unicode().items()}
 
 
 def _save(figure: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    figure.savefig(path, dpi=DPI)
-    return path
+    return save_figure(figure, path, DPI)
 
 
 def _curve(axis, entries: Sequence[dict], key: str, label: str | None = None) -> None:

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
-from ..checkpoints import check_new_folder, load_model_and_tokenizer
+from ..checkpoints import load_model_and_tokenizer
+from ..outputs import TOKENIZER_OUTPUT, check_output_folder, check_writable, staged_folder
 
 # isort: off
 # serving.ctranslate2 first: its ImportError says how to install CTranslate2
@@ -41,6 +42,17 @@ from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
 # isort: on
+
+# What the export folder holds: an earlier export may be replaced, anything else is refused.
+EXPORT_OUTPUT = (
+    *TOKENIZER_OUTPUT,
+    "model.bin",
+    "config.json",
+    "shared_vocabulary.json",
+    "shared_vocabulary.txt",
+    "generation_config.json",
+    EXPORT_FILE,
+)
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "float16", "bfloat16")
 ACTIVATIONS = {  # transformers' names (config.activation_function) -> CTranslate2's
@@ -189,15 +201,18 @@ def copied(tensor: torch.Tensor) -> torch.Tensor:
 def export_ctranslate2(
     name_or_path: str, output_dir: str | Path, quantization: str = "float32", revision: str | None = None
 ) -> Path:
-    """Exports a Vaswani checkpoint (folder or Hub id) into `output_dir` (new or empty): CTranslate2's model.bin,
-    config.json and shared_vocabulary.json, with `quantization` (one of QUANTIZATIONS; float32 is exact), plus the
-    tokenizer, generation_config.json and EXPORT_FILE."""
+    """Exports a Vaswani checkpoint (folder or Hub id) into `output_dir` (new, empty or an earlier export, replaced
+    whole once the new one is complete): CTranslate2's model.bin, config.json and shared_vocabulary.json, with
+    `quantization` (one of QUANTIZATIONS; float32 is exact), plus the tokenizer, generation_config.json and
+    EXPORT_FILE."""
 
     output_dir = Path(output_dir)
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization {quantization!r} is unknown; expected one of {', '.join(QUANTIZATIONS)}")
-    check_new_folder(output_dir, ExportError)
+    check_output_folder(output_dir, EXPORT_OUTPUT, "vaswani-export-ctranslate2")
     model, tokenizer = load_model_and_tokenizer(name_or_path, revision=revision)
+    bytes_per_weight = 4 if quantization == "float32" else 2 if quantization in ("float16", "bfloat16") else 1
+    check_writable(output_dir, need_bytes=bytes_per_weight * sum(p.numel() for p in model.parameters()))
     if not isinstance(model, VaswaniForConditionalGeneration):
         raise ExportError(f"{name_or_path} holds a {type(model).__name__}; expected a Vaswani checkpoint")
     if len(tokenizer) != model.config.vocab_size:
@@ -207,8 +222,9 @@ def export_ctranslate2(
         )
     vocabulary = tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))
     unk_token = tokenizer.unk_token or "<unk>"
-    write_export(model, vocabulary, output_dir, quantization, unk_token, exported_from=str(name_or_path))
-    tokenizer.save_pretrained(output_dir)
+    with staged_folder(output_dir) as staged:
+        write_export(model, vocabulary, staged, quantization, unk_token, exported_from=str(name_or_path))
+        tokenizer.save_pretrained(staged)
     return output_dir
 
 

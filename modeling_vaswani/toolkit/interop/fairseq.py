@@ -43,7 +43,7 @@ from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
-from ..checkpoints import check_new_folder
+from ..outputs import MODEL_OUTPUT, check_output_folder, save_pretrained
 from .marian import ConversionError
 from .pickles import load_weights_only
 
@@ -464,12 +464,11 @@ def find_release_files(folder: str | Path) -> tuple[Path, Path, Path]:
 def convert_fairseq_checkpoint(
     checkpoint_path: str | Path, dictionary_path: str | Path, codes_path: str | Path, output_dir: str | Path
 ) -> VaswaniForConditionalGeneration:
-    """Loads, converts and saves (model and tokenizer) into `output_dir`, new or empty. Returns the model."""
-    output_dir = Path(output_dir)
-    check_new_folder(output_dir, ConversionError)
+    """Loads, converts and saves (model and tokenizer) into `output_dir` (new, empty or an earlier converted model,
+    replaced whole). Returns the model."""
+    check_output_folder(output_dir, MODEL_OUTPUT, "vaswani-convert")
     model, tokenizer = convert_fairseq(
         load_checkpoint(checkpoint_path), read_dictionary(dictionary_path), read_codes(codes_path)
     )
-    model.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
+    save_pretrained(output_dir, model, tokenizer)
     return model

@@ -29,7 +29,8 @@ from transformers.utils.hub import cached_file, get_checkpoint_shard_files
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
-from ..checkpoints import check_new_folder, open_weights, read_json
+from ..checkpoints import open_weights, read_json
+from ..outputs import MODEL_OUTPUT, check_output_folder, save_pretrained
 from .pickles import load_weights_only
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # MarianMT's nn.LayerNorm(d_model) keeps torch's default epsilon
@@ -343,13 +344,12 @@ def check_marian_weights(config, shapes: dict[str, tuple[tuple[int, ...], Path]]
 def convert_marian_checkpoint(
     name_or_path: str, output_dir: str | Path, revision: str | None = None
 ) -> VaswaniForConditionalGeneration:
-    """`load_marian`, `convert_marian`, then the model and the tokenizer saved into `output_dir` (new or empty).
-    Returns the converted model."""
-    check_new_folder(Path(output_dir), ConversionError)
+    """`load_marian`, `convert_marian`, then the model and the tokenizer saved into `output_dir` (new, empty or an
+    earlier converted model, replaced whole). Returns the converted model."""
+    check_output_folder(output_dir, MODEL_OUTPUT, "vaswani-convert")
     model, tokenizer = load_marian(name_or_path, revision)
     converted = convert_marian(model, tokenizer)
-    converted.save_pretrained(output_dir)
-    tokenizer.save_pretrained(output_dir)
+    save_pretrained(output_dir, converted, tokenizer)
     return converted
 
 

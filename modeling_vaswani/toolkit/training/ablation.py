@@ -35,12 +35,15 @@ from transformers import set_seed
 
 from ...configuration_vaswani import TABLE_3_COLUMNS, VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
-from ..data.corpora import tokenize_pairs
+from ..data.batching import check_examples_fit
+from ..data.corpora import check_max_length, filter_by_length, tokenize_pairs
 from ..evaluation.plotting import DPI
+from ..outputs import save_figure, write_text
 from .presets import preset_config, preset_overrides
 from .recipe import (
     load_data,
     prepare_tokenizer,
+    train_example_location,
     train_model,
     translate_and_score,
 )
@@ -271,7 +274,7 @@ def train_line(line: Line, model_args, data_args, training_args, tokenizer, trai
         "bleu_signature": scores["tokenized_bleu_signature"],
         "sacrebleu_signature": scores["signature"],
     }
-    (Path(args.output_dir) / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_text(Path(args.output_dir) / "results.json", json.dumps(results, indent=2) + "\n")
     logger.info("row %s: dev PPL %.2f, dev BLEU %.2f", line.spec, results["dev_perplexity"], results["dev_bleu"])
     return results
 
@@ -343,6 +346,7 @@ def run(ablation_args, model_args, data_args, training_args) -> list[dict]:
     lines = check_lines(
         ablation_args.rows, model_args.preset, model_args.dropout, training_args.label_smoothing_factor
     )
+    check_max_length(data_args.max_length)
     data = load_data(data_args)
     if data_args.validation_split not in data:
         raise ValueError(
@@ -354,7 +358,11 @@ def run(ablation_args, model_args, data_args, training_args) -> list[dict]:
     source_lang, target_lang = data_args.source_lang, data_args.target_lang
     workers = data_args.preprocessing_num_workers
     tokenizer = prepare_tokenizer(model_args, data["train"], source_lang, target_lang, output_dir)  # one for all
-    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, data_args.max_length, workers)
+    train = tokenize_pairs(data["train"], tokenizer, source_lang, target_lang, num_proc=workers)
+    if training_args.max_tokens is not None:  # before any line is trained, as vaswani-train does
+        check_examples_fit(train, training_args.max_tokens, data_args.max_length, train_example_location(data_args))
+    if data_args.max_length is not None:
+        train = filter_by_length(train, data_args.max_length, workers, "train")
     dev_split = data[data_args.validation_split]
     dev = tokenize_pairs(dev_split, tokenizer, source_lang, target_lang, num_proc=workers)
     results = [
@@ -362,8 +370,8 @@ def run(ablation_args, model_args, data_args, training_args) -> list[dict]:
     ]
     sizes = {"train_pairs": len(train), "dev_pairs": len(dev_split), "vocabulary": len(tokenizer)}
     description = describe_run(model_args, data_args, training_args, sizes, results[0]["alpha"])
-    (output_dir / "ablation.md").write_text(markdown_table(results, description), encoding="utf-8")
-    (output_dir / "ablation.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_text(output_dir / "ablation.md", markdown_table(results, description))
+    write_text(output_dir / "ablation.json", json.dumps(results, indent=2) + "\n")
     title = f"Table 3 lines on the {model_args.preset} preset, {source_lang}->{target_lang}"
-    ablation_figure(results, title).savefig(output_dir / "ablation.png", dpi=DPI)
+    save_figure(ablation_figure(results, title), output_dir / "ablation.png", DPI)
     return results

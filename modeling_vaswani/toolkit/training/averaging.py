@@ -8,7 +8,6 @@ folders the Hugging Face Trainer writes, whose weights are safetensors (one `mod
 
 import logging
 import shutil
-import tempfile
 from collections.abc import Sequence
 from contextlib import ExitStack
 from fnmatch import fnmatch
@@ -18,7 +17,8 @@ import torch
 from safetensors.torch import save_file
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
-from ..checkpoints import open_weights, weight_map
+from ..checkpoints import check_same_tokenizer, open_weights, weight_map
+from ..outputs import MODEL_OUTPUT, OutputError, check_output_folder, recover, staged_folder
 
 logger = logging.getLogger(__name__)
 
@@ -47,26 +47,25 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str |
     buffers) must be equal in every checkpoint. The weight file layout, the safetensors metadata and the other model
     files (config, generation config, tokenizer, remote code) are those of the last checkpoint.
 
-    The folder is written next to `output_dir` under a temporary name and renamed into place only when complete, so
-    `output_dir` is either untouched (on any error) or entirely replaced; what a killed run leaves beside it is
-    cleaned up, or restored, by the next run (`_recover`). One run at a time per `output_dir`.
+    The checkpoints must hold the same tensors and the same tokenizer (rows of different vocabularies do not stand
+    for the same tokens). `output_dir` must be new, empty or an earlier model folder (`outputs.check_output_folder`);
+    it is written aside and replaced whole when complete (`outputs.staged_folder`).
     """
     checkpoints = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
     _check_checkpoints(checkpoints)
-    _check_destination(checkpoints, output_dir)
-    _recover(output_dir)
+    if any(output_dir.resolve() == checkpoint.resolve() for checkpoint in checkpoints):
+        # Replacing a checkpoint with the average would destroy the training state it holds.
+        raise OutputError(f"output folder {output_dir} is one of the checkpoints being averaged")
+    recover(output_dir)
     weight_maps = [weight_map(checkpoint) for checkpoint in checkpoints]
     _check_same_keys(checkpoints, weight_maps)
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.tmp-", dir=output_dir.parent))
-    try:
-        _write_averaged_weights(checkpoints, weight_maps, staging)
-        _copy_model_files(checkpoints[-1], staging)
-        _move_into_place(staging, output_dir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    check_same_tokenizer(checkpoints)
+    need = sum(path.stat().st_size for path in set(weight_maps[-1].values()))
+    check_output_folder(output_dir, MODEL_OUTPUT, "vaswani-average", need_bytes=need)
+    with staged_folder(output_dir) as staged:
+        _write_averaged_weights(checkpoints, weight_maps, staged)
+        _copy_model_files(checkpoints[-1], staged)
     return output_dir
 
 
@@ -80,46 +79,6 @@ def _check_checkpoints(checkpoints: list[Path]) -> None:
         if checkpoint.resolve() in seen:
             raise ValueError(f"checkpoint {checkpoint} is given twice; expected each once (it would count twice)")
         seen.add(checkpoint.resolve())
-
-
-def _check_destination(checkpoints: list[Path], output_dir: Path) -> None:
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"output directory {output_dir} exists and is not a directory")
-    # Replacing a checkpoint with the average would destroy the training state it holds.
-    if any(output_dir.resolve() == checkpoint.resolve() for checkpoint in checkpoints):
-        raise ValueError(f"output directory {output_dir} is one of the checkpoints being averaged")
-    # An averaged model holds files only; a folder with subfolders (a training run's output_dir and its checkpoints,
-    # a home folder) is something else, and replacing it would delete them all.
-    folders = sorted(path.name for path in output_dir.iterdir() if path.is_dir()) if output_dir.is_dir() else []
-    if folders:
-        raise ValueError(
-            f"output directory {output_dir} holds folders ({', '.join(folders[:5])}), which replacing it would "
-            "delete; expected a new folder or an earlier averaged model (files only)"
-        )
-
-
-def _previous(output_dir: Path) -> Path:
-    """Where an existing `output_dir` is set aside while the new one takes its place: one fixed name, so that the next
-    run finds it."""
-    return output_dir.with_name(f".{output_dir.name}.old")
-
-
-def _recover(output_dir: Path) -> None:
-    """Undoes what a killed run left beside `output_dir`: its staging folders are deleted (the run did not finish),
-    and an earlier output it had set aside is restored if the new one never took its place, else deleted."""
-    if not output_dir.parent.is_dir():
-        return
-    for path in output_dir.parent.iterdir():
-        if path.name.startswith(f".{output_dir.name}.tmp-") and path.is_dir():
-            shutil.rmtree(path)
-    previous = _previous(output_dir)
-    if not previous.is_dir():
-        return
-    if output_dir.exists():
-        shutil.rmtree(previous)
-    else:
-        previous.rename(output_dir)
-        logger.warning("restored %s from %s, where an interrupted run had set it aside", output_dir, previous)
 
 
 def _check_same_keys(checkpoints: list[Path], weight_maps: list[dict[str, Path]]) -> None:
@@ -185,19 +144,3 @@ def _copy_model_files(checkpoint: Path, destination: Path) -> None:
     for path in checkpoint.iterdir():
         if path.is_file() and not any(fnmatch(path.name, pattern) for pattern in SKIPPED_FILES):
             shutil.copy2(path, destination / path.name)
-
-
-def _move_into_place(staging: Path, output_dir: Path) -> None:
-    """Renames `staging` to `output_dir`; an existing `output_dir` is set aside first (`_previous`, in the same parent,
-    where renames are atomic) and deleted only afterwards."""
-    if not output_dir.exists():
-        staging.rename(output_dir)
-        return
-    previous = _previous(output_dir)
-    output_dir.rename(previous)
-    try:
-        staging.rename(output_dir)
-    except BaseException:
-        previous.rename(output_dir)
-        raise
-    shutil.rmtree(previous)

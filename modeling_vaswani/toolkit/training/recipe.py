@@ -20,9 +20,8 @@ from datasets.fingerprint import Hasher
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
 from transformers.trainer_utils import TrainOutput
 
-from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
-from ..checkpoints import find_checkpoints
+from ..checkpoints import check_torch_file, find_checkpoints, load_config, validate_checkpoint
 from ..data import tokenizer as tokenizer_module
 from ..data.batching import check_examples_fit
 from ..data.corpora import (
@@ -42,10 +41,25 @@ from ..data.tokenizer import train_tokenizer_from_texts
 from ..evaluation.metrics import bleu
 from ..evaluation.plotting import plot_training_curves
 from ..evaluation.translate import translate, write_lines
+from ..outputs import MODEL_OUTPUT, atomic_text, check_output_folder, save_into, write_text
 from .presets import PRESETS, preset_config, preset_overrides
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 logger = logging.getLogger(__name__)
+
+# What a run writes into its output_dir: the Trainer's checkpoints, logs and final model, the tokenizer, the averaged
+# model, the results and the curves. An output_dir holding only these is an earlier run's.
+TRAIN_OUTPUT = (
+    *MODEL_OUTPUT,
+    "training_args.bin",
+    "trainer_state.json",
+    "*results.json",
+    "training_curves.png",
+    "checkpoint-*/",
+    "averaged/",
+    "tokenizer/",
+    "runs/",
+)
 
 
 @dataclass
@@ -189,13 +203,13 @@ def prepare_tokenizer(model_args: ModelArguments, train_split, source_lang: str,
         where = f"the training split's {source_lang} and {target_lang} sentences"
         tokenizer = train_tokenizer_from_texts(texts, model_args.vocab_size, where=where)
         if cached is None:
-            tokenizer.save_pretrained(output_dir / "tokenizer")
+            save_into(output_dir / "tokenizer", tokenizer)
             return tokenizer
         _save_whole(tokenizer, cached)
     # Loaded back even when just trained: `datasets` keys its cached tokenization on the tokenizer's pickled state,
     # which differs between a trained and a loaded tokenizer, and the second run only has the loaded one.
     tokenizer = AutoTokenizer.from_pretrained(cached)
-    tokenizer.save_pretrained(output_dir / "tokenizer")
+    save_into(output_dir / "tokenizer", tokenizer)
     return tokenizer
 
 
@@ -244,12 +258,14 @@ SHAPE_FIELDS = ("d_model", "encoder_layers", "decoder_layers", "num_heads", "d_f
 def check_output_and_resume(model_args: ModelArguments, training_args: VaswaniTrainingArguments) -> None:
     """Refuse, before any data is loaded, a run that would mix with an earlier one or could not resume.
 
+    An output_dir holding anything vaswani-train does not write is refused by name (`outputs.check_output_folder`).
     An output_dir holding checkpoint-N folders is refused unless the run resumes or `--overwrite_output_dir` is given
     (which deletes them): averaging takes the highest-numbered checkpoints there, whichever run wrote them. A resume
     target must be a checkpoint folder of a model with the shapes this run builds.
     """
     output_dir = Path(training_args.output_dir)
     resume = training_args.resume_from_checkpoint
+    check_output_folder(output_dir, TRAIN_OUTPUT, "vaswani-train")  # a user's own files are never written over
     earlier = find_checkpoints(output_dir) if output_dir.is_dir() else []
     if earlier and resume is None:
         if not training_args.overwrite_output_dir:
@@ -273,7 +289,7 @@ def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
             f"resume_from_checkpoint {str(checkpoint)!r} is not a checkpoint: expected a checkpoint-N folder "
             "with trainer_state.json, as the Trainer writes into output_dir"
         )
-    saved = VaswaniConfig.from_pretrained(checkpoint)
+    saved = load_config(checkpoint)
     if model_args.model_name_or_path:
         wanted, source = AutoConfig.from_pretrained(model_args.model_name_or_path), model_args.model_name_or_path
     else:
@@ -289,6 +305,10 @@ def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
             f"resume_from_checkpoint {str(checkpoint)!r} holds another model than {source} builds: "
             f"{', '.join(differences)}; expected the preset or model it was trained with"
         )
+    validate_checkpoint(checkpoint)  # weights and tokenizer whole and fitting, named if not
+    for name in ("optimizer.pt", "scheduler.pt"):
+        if (checkpoint / name).is_file():
+            check_torch_file(checkpoint / name)
 
 
 def run(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
@@ -337,8 +357,8 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
         results["test_set"] = describe_test_set(data_args)
         # Through the Trainer's loggers, so the final BLEU lands in TensorBoard beside the training curves.
         trainer.log({f"{data_args.test_split}_sacrebleu": results["test"]["sacrebleu"]})
-        tokenizer.save_pretrained(final_dir)
-        (final_dir / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+        save_into(final_dir, tokenizer)
+        write_text(final_dir / "results.json", json.dumps(results, indent=2) + "\n")
     results["model_dir"] = str(final_dir)
     return results
 
@@ -373,7 +393,7 @@ def translate_and_score(
     sources, references = sources_and_references(split, data_args.source_lang, data_args.target_lang)
     batch_size = data_args.eval_batch_size_sentences
     hypotheses = translate(model, tokenizer, sources, batch_size, paper_decoding=paper_decoding, progress=progress)
-    with open(Path(folder) / f"{split_name}.hyp.{data_args.target_lang}", "w", encoding="utf-8") as output:
+    with atomic_text(Path(folder) / f"{split_name}.hyp.{data_args.target_lang}") as output:
         write_lines(hypotheses, output)
     return bleu(hypotheses, references)
 

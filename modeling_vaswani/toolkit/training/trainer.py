@@ -7,6 +7,7 @@ logging); written here by hand is only what it lacks: the exact lrate formula of
 Trainer writes checkpoint-N in place, so a kill while saving leaves a folder that resuming would take as complete).
 """
 
+import errno
 import inspect
 import logging
 import math
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import torch
 import transformers
+from safetensors import SafetensorError
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
@@ -289,6 +291,14 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self._staging_dir = str(staging)
         try:
             super()._save_checkpoint(model, trial)
+        except (RuntimeError, SafetensorError) as error:
+            # On a full disk torch.save says "PytorchStreamWriter failed writing file ... unexpected pos" and
+            # safetensors "Error while serializing: I/O error", naming no file: told as the OSError it is.
+            if disk_is_full(staging):
+                raise OSError(
+                    errno.ENOSPC, f"no space left while saving a checkpoint ({error})", str(staging)
+                ) from error
+            raise
         finally:
             self._staging_dir = None
         self.accelerator.wait_for_everyone()  # every rank has written its part (RNG states, sharded optimizers)
@@ -311,6 +321,12 @@ class VaswaniTrainer(Seq2SeqTrainer):
             shutil.rmtree(staging)
             rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
         self.accelerator.wait_for_everyone()
+
+
+def disk_is_full(folder: Path) -> bool:
+    """Whether the disk holding `folder` (or its nearest existing parent) has less than a megabyte left."""
+    base = next(path for path in (folder, *folder.parents) if path.exists())
+    return shutil.disk_usage(base).free < 1 << 20
 
 
 def load_full_weights_into_fsdp2(model: torch.nn.Module, checkpoint: str) -> None:

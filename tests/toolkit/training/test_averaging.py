@@ -34,6 +34,11 @@ def make_checkpoint(folder: Path, tensors: dict, shards: list[list[str]] | None 
         (folder / "model.safetensors.index.json").write_text(json.dumps(index))
     for name in MODEL_FILES + TRAINER_FILES:
         (folder / name).write_text(f"{name} of {tag or folder.name}")
+    # One tokenizer in every checkpoint (averaging requires it), each file still telling which checkpoint it came from.
+    vocabulary = {"model": {"type": "BPE", "vocab": {"<pad>": 0, "a": 1}, "merges": []}}
+    (folder / "tokenizer.json").write_text(
+        json.dumps({**vocabulary, "from": f"tokenizer.json of {tag or folder.name}"})
+    )
     return folder
 
 
@@ -165,7 +170,7 @@ def leftovers(parent: Path) -> list[str]:
 def existing_output(parent: Path) -> Path:
     output = parent / "out"
     output.mkdir()
-    (output / "marker.txt").write_text("previous average")
+    (output / "results.json").write_text("previous average")
     return output
 
 
@@ -175,7 +180,7 @@ def test_failure_midway_leaves_existing_output_untouched(tmp_path):
     output = existing_output(tmp_path)
     with pytest.raises(ValueError, match="decoder.weight"):
         average_checkpoints([first, second], output)
-    assert [p.name for p in output.iterdir()] == ["marker.txt"]
+    assert [p.name for p in output.iterdir()] == ["results.json"]
     assert leftovers(tmp_path) == []
 
 
@@ -188,7 +193,7 @@ def test_writer_failure_removes_staging_folder(three_checkpoints, tmp_path, monk
     output = existing_output(tmp_path)
     with pytest.raises(OSError, match="disk full"):
         average_checkpoints(three_checkpoints, output)
-    assert (output / "marker.txt").read_text() == "previous average"
+    assert (output / "results.json").read_text() == "previous average"
     assert leftovers(tmp_path) == []
 
 
@@ -197,21 +202,21 @@ def test_failed_rename_restores_existing_output(three_checkpoints, tmp_path, mon
     rename = Path.rename
 
     def fail_for_staging(self, target):
-        if self.name.startswith(".out.tmp-"):
+        if self.name.startswith(".out.partial-"):
             raise OSError("rename failed")
         return rename(self, target)
 
     monkeypatch.setattr(Path, "rename", fail_for_staging)
     with pytest.raises(OSError, match="rename failed"):
         average_checkpoints(three_checkpoints, output)
-    assert [p.name for p in output.iterdir()] == ["marker.txt"]
+    assert [p.name for p in output.iterdir()] == ["results.json"]
     assert leftovers(tmp_path) == []
 
 
 def test_existing_output_is_replaced_entirely(three_checkpoints, tmp_path):
     output = existing_output(tmp_path)
     average_checkpoints(three_checkpoints, output)
-    assert not (output / "marker.txt").exists() and (output / "model.safetensors").is_file()
+    assert not (output / "results.json").exists() and (output / "model.safetensors").is_file()
     assert leftovers(tmp_path) == []
 
 

@@ -264,3 +264,19 @@ def test_an_example_over_the_token_budget_is_refused_by_its_line_before_the_mode
     dropped = ["--max_length", "10", "--output_dir", str(tmp_path / "c")]  # drops the long pair: on to the model
     with pytest.raises(AssertionError, match="the model was built"):
         recipe.run(*recipe.parse_arguments([*common, *texts, *dropped]))
+
+
+def test_ablate_refuses_an_example_over_the_token_budget_before_any_line_is_trained(checkpoint, tmp_path, monkeypatch):
+    from modeling_vaswani.toolkit.training import ablation
+
+    monkeypatch.setattr(ablation, "train_line", lambda *_: pytest.fail("a line was trained before the refusal"))
+    sentences = ["A dog.", "Two cats.", "A man in a blue shirt is riding a red bike down the long street.", "A bird."]
+    for split in ("train", "dev"):
+        (tmp_path / f"{split}.en").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+        (tmp_path / f"{split}.de").write_text("Ein Hund.\nZwei Katzen.\nEin Mann.\nEin Vogel.\n", encoding="utf-8")
+    files = [f"--{split}_{side}_file" for split in ("train", "validation") for side in ("source", "target")]
+    paths = [tmp_path / name for name in ("train.en", "train.de", "dev.en", "dev.de")]
+    argv = ["--rows", "base", "--tokenizer_name_or_path", str(checkpoint), "--max_tokens", "10", "--use_cpu"]
+    argv += [*(value for pair in zip(files, map(str, paths), strict=True) for value in pair)]
+    with pytest.raises(ValueError, match=rf"^training example at line 3 of {tmp_path / 'train.en'} and .* Expected"):
+        ablation.run(*ablation.parse_arguments([*argv, "--output_dir", str(tmp_path / "ablation")]))
