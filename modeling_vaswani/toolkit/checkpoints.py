@@ -203,6 +203,14 @@ def validate_checkpoint(folder) -> Checkpoint:
     return Checkpoint(folder, config, parameters, load_results(folder))
 
 
+def is_vaswani_folder(folder: Path) -> bool:
+    """Whether `folder` holds a readable config.json of model_type vaswani (a checkpoint of this model)."""
+    try:
+        return read_json(folder / "config.json").get("model_type") == VaswaniConfig.model_type
+    except (OSError, CheckpointError):
+        return False
+
+
 def load_results(folder: Path) -> dict | None:
     """results.json as vaswani-train writes it, or None where there is none."""
     path = folder / RESULTS

@@ -173,16 +173,20 @@ def set_config(folder, **values):
     (folder / "config.json").write_text(json.dumps({**config, **values}))
 
 
-@pytest.mark.parametrize("main", [translate.main, export_ctranslate2.main, plot_attention.main])
+@pytest.mark.parametrize("main", [translate.main, export_ctranslate2.main, plot_attention.main, average.main])
 def test_a_config_that_disagrees_with_its_tensors_is_named_by_every_command(copy, source, tmp_path, capsys, main):
     set_config(copy, d_ff=96)
     argv = {
         translate.main: ["--input", source, *FAST],
         export_ctranslate2.main: [tmp_path / "ct2"],
         plot_attention.main: ["A man.", "--output_dir", tmp_path / "maps"],
+        average.main: [copy, "--output", tmp_path / "averaged"],  # the same checkpoint twice is refused first
     }[main]
+    if main is average.main:
+        argv[0] = shutil.copytree(copy, tmp_path / "model-2")
     error = refused(main, [copy, *argv], capsys)
-    assert f"{copy / 'model.safetensors'}: tensor 'model." in error
+    named = tmp_path / "model-2" if main is average.main else copy  # averaging checks the last checkpoint's
+    assert f"{named / 'model.safetensors'}: tensor 'model." in error
     assert "layers.0.feed_forward.w1.bias' is (64,) but config.json (vocab_size 400, d_model 32, d_ff 96," in error
     assert error.endswith("implies (96,)")
 

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import save_file
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
-from ..checkpoints import check_same_tokenizer, open_weights, weight_map
+from ..checkpoints import check_same_tokenizer, is_vaswani_folder, open_weights, validate_checkpoint, weight_map
 from ..outputs import MODEL_OUTPUT, OutputError, check_output_folder, recover, staged_folder
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,8 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str |
     weight_maps = [weight_map(checkpoint) for checkpoint in checkpoints]
     _check_same_keys(checkpoints, weight_maps)
     check_same_tokenizer(checkpoints)
+    if is_vaswani_folder(checkpoints[-1]):  # its config.json, tokenizer and tensors agree, as the average's will
+        validate_checkpoint(checkpoints[-1])
     need = sum(path.stat().st_size for path in set(weight_maps[-1].values()))
     check_output_folder(output_dir, MODEL_OUTPUT, "vaswani-average", need_bytes=need)
     with staged_folder(output_dir) as staged:

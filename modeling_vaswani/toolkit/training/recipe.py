@@ -6,6 +6,7 @@ and the flags below change it.
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -380,8 +381,25 @@ def train_model(
         compute_metrics=lambda prediction: validation_bleu(prediction, tokenizer),
     )
     output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model(training_args.output_dir)
+    save_final_model(trainer, Path(training_args.output_dir))
     return trainer, output
+
+
+def save_final_model(trainer: VaswaniTrainer, output_dir: Path) -> None:
+    """`trainer.save_model` written aside, then each file moved into `output_dir` atomically by the main process (as
+    `outputs.save_into` does; the staging folder has one name on every rank, which a sharded save needs)."""
+    staged = output_dir / f".final-model.partial-{trainer.state.global_step}"
+    if trainer.args.should_save:  # what a run killed while saving left
+        for leftover in output_dir.glob(".final-model.partial-*"):
+            shutil.rmtree(leftover)
+    trainer.accelerator.wait_for_everyone()
+    trainer.save_model(str(staged))
+    trainer.accelerator.wait_for_everyone()
+    if trainer.args.should_save:
+        for path in staged.iterdir():
+            os.replace(path, output_dir / path.name)
+        shutil.rmtree(staged)
+    trainer.accelerator.wait_for_everyone()
 
 
 def translate_and_score(
