@@ -92,7 +92,8 @@ def train(config_file, output_dir, *extra, checkpoint, force_fsdp=True):
         command, cwd=output_dir.parent, env=environment(force_fsdp), capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    return [json.loads((output_dir / f"probe-rank{rank}.json").read_text()) for rank in (0, 1)]
+    probes = [output_dir.with_name(f"{output_dir.name}.probe-rank{rank}.json") for rank in (0, 1)]
+    return [json.loads(probe.read_text()) for probe in probes]
 
 
 def max_difference(one: dict, other: dict) -> float:

@@ -67,7 +67,9 @@ class Probe(TrainerCallback):
             "full_numel": sum(p.numel() for p in parameters),
             "world_size": args.world_size,
         }
-        Path(args.output_dir, f"probe-rank{args.process_index}.json").write_text(json.dumps(report))
+        # Beside output_dir, not in it: vaswani-train refuses an output_dir holding files it does not write.
+        output_dir = Path(args.output_dir)
+        output_dir.with_name(f"{output_dir.name}.probe-rank{args.process_index}.json").write_text(json.dumps(report))
 
 
 def main():
