@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# The GPU check, in one command (docs/gpu.md): installs the wheels benchmarks/gpu/fetch_wheels.sh packed (if the
+# folder benchmarks/gpu/wheels/ is there), runs the GPU tests (tests/gpu/) and the speed benchmark stage by stage,
+# each under a time limit, and writes OUT/gpu-report.json and OUT/gpu-report.md. Within 10 minutes on one H100.
+#
+#   bash benchmarks/gpu/run.sh OUT                        # on a CUDA machine
+#   bash benchmarks/gpu/run.sh OUT --device cpu --tiny    # the dry run: every stage on the CPU, tiny shapes
+#
+# Options: --device cuda|cpu (default cuda), --tiny (tiny shapes, few steps), --dtype (the benchmark's; default
+# bfloat16 on cuda, float32 on cpu), --no-install (use this Python as it is), --budget SECONDS (default 560: every
+# stage's limit is cut to what is left of it, keeping 30 s for the report). Environment: PYTHON (default python3),
+# VASWANI_GPU_WORK (scratch folder: the environment, pytest's files; default a new folder under /tmp; never inside
+# OUT, which should hold only what is to be read). Exit status 0 when every check passed, 1 otherwise.
+set -uo pipefail
+
+usage() {
+    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    exit "${1:-2}"
+}
+[[ ${1:-} == -h || ${1:-} == --help ]] && usage 0
+[[ $# -ge 1 && $1 != -* ]] || usage
+OUT=$1
+shift
+DEVICE=cuda TINY=0 INSTALL=auto BUDGET=560 DTYPE=""
+while [[ $# -gt 0 ]]; do
+    case $1 in
+        --device) DEVICE=${2:?--device needs a value}; shift 2 ;;
+        --tiny) TINY=1; shift ;;
+        --dtype) DTYPE=${2:?--dtype needs a value}; shift 2 ;;
+        --no-install) INSTALL=no; shift ;;
+        --budget) BUDGET=${2:?--budget needs a value}; shift 2 ;;
+        -h | --help) usage 0 ;;
+        *) echo "run.sh: unknown argument $1" >&2; usage ;;
+    esac
+done
+[[ -z $DTYPE ]] && { [[ $DEVICE == cpu ]] && DTYPE=float32 || DTYPE=bfloat16; }
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+mkdir -p "$OUT/logs" && OUT=$(cd "$OUT" && pwd)
+rm -f "$OUT"/stages.jsonl "$OUT"/records.jsonl "$OUT"/junit-*.xml "$OUT"/bench-*.json "$OUT"/gpu-report.* \
+    "$OUT"/install.json "$OUT"/environment.json "$OUT"/logs/*.log
+WORK=${VASWANI_GPU_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/vaswani-gpu.XXXXXX")}
+mkdir -p "$WORK"
+PY=${PYTHON:-python3}
+START=$(date +%s)
+DEADLINE=$((START + BUDGET))
+RESERVE=30
+cd "$REPO" || exit 2
+if [[ $DEVICE == cpu ]]; then
+    # One thread a process: on a small shared CPU, two threads contending with other jobs made every step 4x slower.
+    export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fi
+
+json_string() { "$PY" -c 'import json, sys; print(json.dumps(sys.argv[1]))' "$1" 2>/dev/null || echo '""'; }
+
+record() { # record NAME STATUS SECONDS LIMIT RETURNCODE REASON
+    local line='{"name": "%s", "status": "%s", "started": %s, "seconds": %s, "limit": %s, "returncode": %s, '
+    printf "$line"'"reason": %s, "log": "logs/%s.log"}\n' "$1" "$2" $(($(date +%s) - ${3:-0})) "${3:-0}" "${4:-0}" \
+        "${5:-null}" "$(json_string "${6:-}")" "$1" >> "$OUT/stages.jsonl"
+}
+
+reap() { # every process still carrying this stage's mark (torchrun's workers run in sessions of their own)
+    local mark=$1 environ pid
+    for environ in /proc/[0-9]*/environ; do
+        pid=${environ#/proc/}
+        pid=${pid%/environ}
+        [[ $pid == "$$" ]] && continue
+        if tr '\0' '\n' < "$environ" 2>/dev/null | grep -qx "VASWANI_GPU_STAGE=$mark"; then
+            kill -KILL "$pid" 2>/dev/null
+        fi
+    done
+}
+
+stage() { # stage NAME LIMIT_S COMMAND...: runs COMMAND within min(LIMIT_S, what the budget leaves), logged
+    local name=$1 limit=$2
+    shift 2
+    local left=$((DEADLINE - RESERVE - $(date +%s)))
+    if ((left < 10)); then
+        record "$name" "not run" 0 "$limit" null "the time budget (${BUDGET} s) was spent"
+        echo "== $name: not run, the time budget (${BUDGET} s) was spent"
+        return 1
+    fi
+    ((limit > left)) && limit=$left
+    echo "== $name (at most ${limit} s)"
+    local started=$(date +%s) mark="$$-$name"
+    VASWANI_GPU_STAGE=$mark timeout --kill-after=15 "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+    local rc=$? status=passed
+    reap "$mark"
+    ((rc != 0)) && status=failed
+    ((rc == 124 || rc == 137)) && status="timed out"
+    record "$name" "$status" $(($(date +%s) - started)) "$limit" "$rc" ""
+    tail -n 4 "$OUT/logs/$name.log" | cut -c1-300
+    echo "-> $status ($(($(date +%s) - started)) s)"
+    return $rc
+}
+
+# 1. The carried wheels, into an environment of their own in front of the image's packages.
+WHEELS=$REPO/benchmarks/gpu/wheels
+if [[ $INSTALL == no ]]; then
+    record install "not run" 0 0 null "--no-install: this Python as it is"
+elif [[ ! -f $WHEELS/manifest.json ]]; then
+    record install "not run" 0 0 null "no benchmarks/gpu/wheels/ (bash benchmarks/gpu/fetch_wheels.sh makes it)"
+    echo "== install: no wheels folder, using $PY as it is"
+elif stage install 150 "$PY" benchmarks/gpu/install.py --wheels "$WHEELS" --venv "$WORK/venv" \
+    --report "$OUT/install.json"; then
+    PY=$WORK/venv/bin/python
+    export PATH="$WORK/venv/bin:$PATH"
+fi
+
+# 2. The machine and versions; every check, as pytest collects them.
+export VASWANI_GPU_DEVICE=$DEVICE VASWANI_GPU_TINY=$TINY VASWANI_GPU_RECORD=$OUT/records.jsonl
+tiny_flag=()
+((TINY)) && tiny_flag=(--tiny)
+stage environment 60 "$PY" benchmarks/gpu/report.py environment "$OUT" --device "$DEVICE" "${tiny_flag[@]}"
+PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts= -q -rA)
+stage collect 60 "${PYTEST[@]}" --collect-only tests/gpu
+
+# 3. The checks, a stage per test file: one that hangs is stopped without taking the others' time.
+tests() { # tests NAME LIMIT_S
+    stage "tests-$1" "$2" "${PYTEST[@]}" "tests/gpu/test_gpu_$1.py" --junitxml="$OUT/junit-tests-$1.xml" \
+        --basetemp="$WORK/pytest-$1"
+}
+checks() {
+    tests equivalence 150
+    tests training 200
+    tests memory 120
+    tests accelerate 200
+}
+
+# 4. The speed benchmark: training at the paper's batch (base, big), generation.
+benchmark() {
+    for name in training-base training-big generation; do
+        stage "bench-$name" 150 "$PY" benchmarks/gpu/bench.py "$name" --device "$DEVICE" --dtype "$DTYPE" \
+            "${tiny_flag[@]}" --json "$OUT/bench-$name.json"
+    done
+}
+
+if [[ $DEVICE == cpu ]]; then
+    # The dry run: the benchmark's stages beside the checks (each process on one thread), since a CPU's figures
+    # mean nothing here; on a GPU they run after the checks, alone on the device.
+    benchmark > "$OUT/logs/benchmark-lane.out" 2>&1 &
+    checks
+    wait
+    cat "$OUT/logs/benchmark-lane.out"
+else
+    checks
+    benchmark
+fi
+
+# 5. The report, always.
+timeout 60 "$PY" benchmarks/gpu/report.py build "$OUT"
+status=$?
+echo
+cat "$OUT/gpu-report.md" 2>/dev/null | cut -c1-400
+echo
+echo "reports: $OUT/gpu-report.md and $OUT/gpu-report.json; logs in $OUT/logs ($(($(date +%s) - START)) s in all)"
+[[ -z ${VASWANI_GPU_WORK:-} ]] && rm -rf "$WORK"
+exit $status

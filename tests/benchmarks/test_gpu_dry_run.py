@@ -1,0 +1,57 @@
+"""The GPU check's dry run, so that it cannot rot before a GPU comes: `bash benchmarks/gpu/run.sh OUT --device cpu
+--tiny --no-install` end to end, every stage on the CPU with tiny shapes (no wheels installed, nothing downloaded),
+and the reports it writes hold every check of tests/gpu/ and every benchmark stage, passed."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers.training_setup import REPO
+
+pytestmark = pytest.mark.slow  # every stage's processes: about 3 minutes on 2 busy cores
+
+
+def gpu_check_functions() -> list[str]:
+    names = []
+    for path in sorted((REPO / "tests" / "gpu").glob("test_gpu_*.py")):
+        tree = ast.parse(path.read_text())
+        names += [f"{path.name}::{node.name}" for node in tree.body if isinstance(node, ast.FunctionDef)]
+    return [name for name in names if name.split("::")[1].startswith("test_")]
+
+
+def test_dry_run_writes_reports_holding_every_check_passed(tmp_path):
+    out = tmp_path / "out"
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VASWANI_GPU_")}
+    env.update(PYTHON=sys.executable, VASWANI_GPU_WORK=str(tmp_path / "work"))
+    command = ["bash", str(REPO / "benchmarks" / "gpu" / "run.sh"), str(out), "--device", "cpu", "--tiny"]
+    # A budget no stage reaches on a slow machine: this checks the stages, not the time limits.
+    process = subprocess.run(
+        [*command, "--no-install", "--budget", "1500"], env=env, capture_output=True, text=True, timeout=1700
+    )
+    print(process.stdout[-6000:])
+    assert process.returncode == 0, process.stdout[-8000:] + process.stderr[-3000:]
+
+    report = json.loads((out / "gpu-report.json").read_text())
+    markdown = (out / "gpu-report.md").read_text()
+    checks = {check["check"]: check for check in report["checks"]}
+    failed = {name: check.get("message") for name, check in checks.items() if check["outcome"] != "passed"}
+    assert not failed and report["all_passed"]
+    for function in gpu_check_functions():
+        ran = [name for name in checks if name.startswith(f"tests/gpu/{function}[cpu")]
+        assert ran, f"{function} is not in the report"
+        for name in ran:
+            assert checks[name]["figures"], f"{name} recorded no figures"
+            assert f"| {name.removeprefix('tests/gpu/')} | passed |" in markdown
+    for stage in ("training-base", "training-big", "generation"):
+        check = checks[f"benchmark {stage}"]
+        assert check["outcome"] == "passed" and "vaswani" in check["table"]
+        assert f"### benchmark {stage}" in markdown
+    assert "mfu" in checks["benchmark training-base"]["figures"]["vaswani training"]
+    stages = {stage["name"]: stage["status"] for stage in report["stages"]}
+    assert stages.pop("install") == "not run" and set(stages.values()) == {"passed"}, stages
+    environment = report["environment"]
+    assert environment["device"] == "cpu" and environment["tiny"] and environment["versions"]["torch"]
+    assert "# GPU run: CPU dry run" in markdown

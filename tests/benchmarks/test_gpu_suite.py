@@ -1,0 +1,138 @@
+"""The GPU check's parts that run anywhere (docs/gpu.md): the suite is collected and skipped with its reason where
+there is no CUDA; the wheel folder's packing (benchmarks/gpu/fetch_wheels.py) and its installation in front of an
+image's packages (benchmarks/gpu/install.py), on small fake wheels; the stage names the scripts share."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.training_setup import REPO
+
+GPU = REPO / "benchmarks" / "gpu"
+sys.path.insert(0, str(GPU))
+
+import bench  # noqa: E402
+import fetch_wheels  # noqa: E402
+import report  # noqa: E402
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the suite runs instead of skipping")
+def test_without_cuda_the_suite_is_collected_and_skipped_with_its_reason():
+    env = {key: value for key, value in os.environ.items() if not key.startswith("VASWANI_GPU_")}
+    process = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/gpu", "-o", "addopts=", "-rs", "-p", "no:cacheprovider", "-m", "gpu"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    skipped = re.search(r"(\d+) skipped", process.stdout)
+    assert skipped and int(skipped.group(1)) >= 15 and " passed" not in process.stdout, process.stdout[-2000:]
+    assert "needs CUDA" in process.stdout and "--device cpu --tiny" in process.stdout
+
+
+def test_the_scripts_name_the_same_benchmark_stages():
+    assert report.BENCH_STAGES == tuple(bench.STAGES)
+    run_sh = (GPU / "run.sh").read_text()
+    assert f"for name in {' '.join(bench.STAGES)}; do" in run_sh
+
+
+def fake_wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
+    """A pure-Python wheel of `files` ({path: text}) with its metadata and RECORD."""
+    dist_info = f"{name}-{version}.dist-info"
+    files = {
+        **files,
+        f"{dist_info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist_info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = [f"{path},{fetch_wheels.record_hash(text.encode())},{len(text.encode())}" for path, text in files.items()]
+    files[f"{dist_info}/RECORD"] = "\n".join([*record, f"{dist_info}/RECORD,,"]) + "\n"
+    path = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+    return path
+
+
+def test_repacking_drops_the_trimmed_files_and_their_record_lines(tmp_path):
+    wheel = fake_wheel(
+        tmp_path, "trimmed", "1.0", {"trimmed/__init__.py": "x = 1\n", "trimmed/libbig.so.1": "0" * 5000}
+    )
+    target = tmp_path / "out" / wheel.name
+    target.parent.mkdir()
+    dropped = fetch_wheels.repacked(wheel, ["trimmed/libbig.so*"], target)
+    assert dropped == {"files": 1, "bytes": 5000}
+    with zipfile.ZipFile(target) as out:
+        assert {info.compress_type for info in out.infolist()} == {zipfile.ZIP_STORED}
+        assert "trimmed/libbig.so.1" not in out.namelist() and "trimmed/__init__.py" in out.namelist()
+        record = out.read("trimmed-1.0.dist-info/RECORD").decode()
+    assert "libbig" not in record and "trimmed/__init__.py," in record
+
+
+@pytest.mark.slow  # two virtual environments and three pip runs
+def test_install_puts_the_carried_wheels_in_front_of_an_images_packages_and_leaves_them(tmp_path):
+    """An "image" that is itself a virtual environment (the case --system-site-packages would get wrong), holding
+    an old copy of a package; install.py makes its own environment in front of it: the carried, newer copy is
+    imported there, the image's copy stays where it was, and the image's torch is still found."""
+    image = tmp_path / "image"
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(image)], check=True)
+    image_python = str(image / "bin" / "python")
+    image_site = subprocess.run(
+        [image_python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    # The image sees this environment's packages (pip, torch, ...) behind its own.
+    here = [folder for folder in sys.path if folder.endswith("site-packages")]
+    Path(image_site, "test_image.pth").write_text("\n".join(here) + "\n")
+    old = fake_wheel(tmp_path, "vaswani_gpu_probe", "1.0", {"vaswani_gpu_probe.py": "VERSION = '1.0'\n"})
+    subprocess.run(
+        [image_python, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check", str(old)],
+        check=True,
+        capture_output=True,
+    )
+
+    new = fake_wheel(tmp_path / "wheels", "vaswani_gpu_probe", "2.0", {"vaswani_gpu_probe.py": "VERSION = '2.0'\n"})
+    own = fake_wheel(wheels, "vaswani_gpu_own", "0.1", {"vaswani_gpu_own.py": "OWN = True\n"})
+    fetch_wheels.pack({"vaswani_gpu_probe": new}, wheels / fetch_wheels.BUNDLE)
+    new.unlink()
+    manifest = {
+        "created": "now",
+        "bundle": fetch_wheels.BUNDLE,
+        "own_wheel": own.name,
+        "requirements": ["vaswani_gpu_own==0.1", "vaswani_gpu_probe==2.0"],
+    }
+    (wheels / fetch_wheels.MANIFEST).write_text(json.dumps(manifest))
+
+    venv = tmp_path / "work" / "venv"
+    venv.parent.mkdir()
+    command = [image_python, str(GPU / "install.py"), "--wheels", str(wheels), "--venv", str(venv)]
+    process = subprocess.run(
+        [*command, "--report", str(tmp_path / "install.json")], capture_output=True, text=True, timeout=600
+    )
+    assert process.returncode == 0, process.stdout[-4000:] + process.stderr[-4000:]
+    result = json.loads((tmp_path / "install.json").read_text())
+    assert result["ok"] and result["resolved"], result
+    assert Path(result["imports"]["torch_from"]).is_relative_to(Path(torch.__file__).parents[1])
+
+    probe = "import vaswani_gpu_probe, vaswani_gpu_own; print(vaswani_gpu_probe.VERSION, vaswani_gpu_probe.__file__)"
+    ours = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, check=True)
+    assert ours.stdout.split()[0] == "2.0" and ours.stdout.split()[1].startswith(str(venv))
+    theirs = subprocess.run(
+        [image_python, "-c", "import vaswani_gpu_probe; print(vaswani_gpu_probe.VERSION)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert theirs.stdout.strip() == "1.0"
