@@ -171,7 +171,7 @@ def test_the_wheel_holds_the_modules_the_package_data_and_the_commands(installed
             scripts[name] = target
     assert scripts == COMMANDS, f"entry_points.txt:\n{entry_points}"
     # Every command module is installed as a command, and only those.
-    commands = {path.stem for path in (REPO / TOOLKIT / "cli").glob("*.py")} - {"__init__", "arguments"}
+    commands = {path.stem for path in (REPO / TOOLKIT / "cli").glob("*.py")} - {"__init__", "arguments", "shell"}
     assert {target.removeprefix("modeling_vaswani.toolkit.cli.") for target in scripts.values()} == {
         f"{module}:main" for module in commands
     }
