@@ -25,6 +25,8 @@ from pathlib import Path
 # This folder's library: the measuring tools are not installed.
 from speed import measure, models, phases, report, runner
 
+from modeling_vaswani.toolkit.outputs import write_text
+
 
 def choice(check):
     """An argparse type from one of the library's checks, so that a bad value is refused with the check's reason."""
@@ -104,7 +106,7 @@ def main(argv=None) -> None:
     )
     print(report.format_table(results))
     if arguments.json:
-        arguments.json.write_text(json.dumps(results, indent=2) + "\n")
+        write_text(arguments.json, json.dumps(results, indent=2) + "\n")
         print(f"results written to {arguments.json}")
 
 

@@ -63,36 +63,67 @@ def check_sentences(tokenizer, sentences: Sequence[str], max_input_tokens: int |
     return lengths
 
 
+DEFAULT_BATCH_SIZE = 64
+
+
+def length_batches(
+    lengths: Sequence[int], batch_size: int | None = None, max_tokens: int | None = None
+) -> list[list[int]]:
+    """The sentences' indices in batches, longest sentence first: each batch at most `batch_size` sentences and at
+    most `max_tokens` padded source tokens (its sentences times its longest), where given. A sentence longer than
+    `max_tokens` fits no batch and is refused (InputError), not cut or dropped."""
+    if max_tokens is not None and lengths and max(lengths) > max_tokens:
+        index = max(range(len(lengths)), key=lengths.__getitem__)
+        raise InputError(
+            f"sentence {index + 1} is {lengths[index]} tokens long, more than --max_tokens {max_tokens} (the padded "
+            f"source tokens a batch may hold); expected --max_tokens of at least {lengths[index]}"
+        )
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches, start = [], 0
+    while start < len(order):
+        size = len(order) - start
+        if batch_size is not None:
+            size = min(size, batch_size)
+        if max_tokens is not None:  # the batch's first sentence is its longest
+            size = min(size, max_tokens // lengths[order[start]])
+        batches.append(order[start : start + size])
+        start += size
+    return batches
+
+
 @torch.no_grad()
 def translate(
     model,
     tokenizer,
     sentences: Sequence[str],
-    batch_size: int = 64,
+    batch_size: int | None = None,
     paper_decoding: bool = True,
     progress: bool = True,
     max_input_tokens: int | None = None,
+    max_tokens: int | None = None,
     **generate_kwargs,
 ) -> list[str]:
     """Translations of `sentences`, in order, one per sentence, by `model`: a checkpoint's, or an exported folder's
     `CTranslate2Model` (which decodes the same batches, as close to Section 6.1 as CTranslate2 can).
 
-    Sentences are batched by length (longest first, so a memory problem shows at once) to waste little on padding,
-    and decoded with Section 6.1's beam search unless `paper_decoding=False`. Nothing is truncated: an empty
-    sentence, which would come back as an empty translation nobody asked for, and one longer than
-    `max_input_tokens` (no limit when None) are refused before any is translated (`check_sentences`).
+    Sentences are batched by length (`length_batches`: longest first, so a memory problem shows at once) to waste
+    little on padding: `batch_size` sentences a batch (64 when neither limit is given), or as many as `max_tokens`
+    padded source tokens hold, or both limits. They are decoded with Section 6.1's beam search unless
+    `paper_decoding=False`. Nothing is truncated: an empty sentence, which would come back as an empty translation
+    nobody asked for, one longer than `max_input_tokens` (no limit when None) and one longer than `max_tokens` are
+    refused before any is translated (`check_sentences`, `length_batches`).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
-    if max_input_tokens is not None and max_input_tokens < 1:
-        raise ValueError(f"max_input_tokens must be >= 1 or None, got {max_input_tokens!r}")
+    if batch_size is None and max_tokens is None:
+        batch_size = DEFAULT_BATCH_SIZE
+    limits = {"batch_size": batch_size, "max_tokens": max_tokens, "max_input_tokens": max_input_tokens}
+    for name, value in limits.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}={value!r}; expected an int of at least 1 (or None)")
     lengths = check_sentences(tokenizer, sentences, max_input_tokens)
     model.eval()
-    order = sorted(range(len(sentences)), key=lambda i: -lengths[i])
     translations = [None] * len(sentences)
     with tqdm(total=len(sentences), desc="translating", unit="sentence", disable=not progress) as bar:
-        for start in range(0, len(order), batch_size):
-            indices = order[start : start + batch_size]
+        for indices in length_batches(lengths, batch_size, max_tokens):
             batch = tokenizer([sentences[i] for i in indices], return_tensors="pt", padding=True).to(model.device)
             generated = model.generate(**batch, paper_decoding=paper_decoding, **generate_kwargs)
             for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
