@@ -25,6 +25,7 @@ from transformers.generation import (
     GenerationMixin,
     GenerationMode,
     LogitsProcessorList,
+    PrefixConstrainedLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
 )
@@ -53,6 +54,10 @@ class MaxLengthPerSentence(StoppingCriteria):
 
     def __init__(self, max_lengths: torch.Tensor):
         self.max_lengths = max_lengths  # per sentence, counting the decoder start token
+
+    def select(self, sentences: torch.Tensor) -> None:
+        """Keeps the limits of `sentences` only, as the search's batch shrinks to them."""
+        self.max_lengths = self.max_lengths[sentences.to(self.max_lengths.device)]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor, **kwargs) -> torch.BoolTensor:
         rows_per_sentence = input_ids.shape[0] // self.max_lengths.shape[0]  # beams (or returned sequences)
@@ -277,6 +282,17 @@ class DecoderSteps:
             self.cache = outputs.past_key_values
         return outputs
 
+    def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
+        """Keeps only `sentences` (indices into the batch as it is now) and their hypotheses' rows: the cache's rows
+        (public `batch_select_indices`), the encoder output and the source mask."""
+        rows = sentences[:, None] * rows_per_sentence + torch.arange(rows_per_sentence, device=sentences.device)
+        if self.cache is not None:
+            self.cache.self_attention_cache.batch_select_indices(rows.flatten())
+            self.cache.cross_attention_cache.batch_select_indices(sentences)
+        self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
+        if self.attention_mask is not None:
+            self.attention_mask = self.attention_mask[sentences]
+
     def reorder(self, beam_idx: torch.Tensor) -> None:
         """Moves the cached decoder self-attention to the chosen beams. The encoder-decoder attention's cache is left
         as it is: one row per sentence, and a beam only ever continues a beam of its own sentence."""
@@ -374,31 +390,77 @@ def paper_search(
         )
     steps = DecoderSteps(model, input_ids.shape[0] // k, model_kwargs)
     recorder = Recorder(generation_config, steps.encoder_outputs)
+    shrinks = may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus, streamer)
     if generation_config.num_beams > 1:
         if streamer is not None:
             raise ValueError(
                 "paper_decoding: a streamer needs num_beams=1; beam search's hypotheses change until the end"
             )
         return beam_search(
-            input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus
+            input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, shrinks
         )
     return greedy_search(
-        input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, streamer
+        input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, streamer,
+        shrinks,
+    )  # fmt: skip
+
+
+def may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus: bool, streamer) -> bool:
+    """Whether a sentence whose search is over may leave the batch (what CTranslate2 does), so that the steps after
+    it compute only the sentences still searching. Its result is final by then, so no token changes; but a row's
+    place in the batch changes, and only what is known not to depend on it may see the batch shrink: transformers'
+    own logits processors and stopping criteria (but `prefix_allowed_tokens_fn`'s, which reads a row's sentence
+    from its place) and this module's length limit. Not under `return_dict_in_generate` (per-step scores, logits,
+    attentions, hidden states and the returned cache hold every row), when streaming, or when stepping in lockstep
+    with other processes."""
+    if generation_config.return_dict_in_generate or synced_gpus or streamer is not None:
+        return False
+    known = "transformers.generation."
+    return all(
+        type(processor).__module__.startswith(known) and not isinstance(processor, PrefixConstrainedLogitsProcessor)
+        for processor in logits_processor
+    ) and all(
+        isinstance(criteria, MaxLengthPerSentence) or type(criteria).__module__.startswith(known)
+        for criteria in stopping_criteria
     )
 
 
-def greedy_search(input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, streamer):
+def sentence_rows(sentences: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
+    """The rows of `sentences` in a batch of `rows_per_sentence` rows a sentence, one sentence after another."""
+    offsets = torch.arange(rows_per_sentence, device=sentences.device)
+    return (sentences[:, None] * rows_per_sentence + offsets).flatten()
+
+
+def leave_batch(kept: torch.Tensor, rows_per_sentence: int, steps, stopping_criteria) -> None:
+    """Shrinks the model's state and the length limits to the sentences `kept` (indices into the batch as it is)."""
+    steps.select(kept, rows_per_sentence)
+    for criteria in stopping_criteria:
+        if isinstance(criteria, MaxLengthPerSentence):
+            criteria.select(kept)
+
+
+def greedy_search(
+    input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, streamer, shrinks
+):
     """One beam: one hypothesis per row and nothing to rank by length, so its likeliest next token (a sampled one
-    under `do_sample`) at each step, as transformers' greedy search and sampling choose. A finished row is padded."""
-    pad = torch.tensor(fill_token_id(config), device=input_ids.device)
+    under `do_sample`) at each step, as transformers' greedy search and sampling choose. A finished row is padded.
+
+    Identical to transformers' greedy search except that, where `shrinks`, a sentence whose rows have all finished
+    leaves the batch; its rows are set aside, padded as they would have been."""
+    device = input_ids.device
+    pad = torch.tensor(fill_token_id(config), device=device)
     pads_after_eos = any(hasattr(criteria, "eos_token_id") for criteria in stopping_criteria)
-    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=input_ids.device)
+    shrinks = shrinks and pads_after_eos  # without an end token, a row past its length limit goes on generating
+    rows_per_sentence = input_ids.shape[0] // steps.encoder_outputs.last_hidden_state.shape[0]
+    active = torch.arange(input_ids.shape[0] // rows_per_sentence, device=device)  # sentences still in the batch
+    output = None  # every row, once a sentence has left the batch
+    unfinished = torch.ones(input_ids.shape[0], dtype=torch.long, device=device)
     done = False
-    while peers_unfinished(done, synced_gpus, input_ids.device):
+    while peers_unfinished(done, synced_gpus, device):
         outputs = steps(input_ids)
         if synced_gpus and done:
             continue  # forward only, in step with the other processes
-        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=input_ids.device)
+        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=device)
         scores = logits_processor(input_ids, logits)
         recorder.add(outputs, logits, scores)
         del outputs
@@ -413,8 +475,23 @@ def greedy_search(input_ids, logits_processor, stopping_criteria, config, steps,
         if streamer is not None:
             streamer.put(next_tokens.cpu())
         done = bool(unfinished.max() == 0)
+        if not shrinks or done:
+            continue
+        over = (unfinished.view(-1, rows_per_sentence) == 0).all(dim=1)
+        if bool(over.any()):
+            if output is None:
+                output = torch.full((len(active) * rows_per_sentence, config.max_length), int(pad), device=device)
+            leaving = sentence_rows(over.nonzero().flatten(), rows_per_sentence)
+            output[sentence_rows(active[over], rows_per_sentence), : input_ids.shape[1]] = input_ids[leaving]
+            kept = (~over).nonzero().flatten()
+            leave_batch(kept, rows_per_sentence, steps, stopping_criteria)
+            rows = sentence_rows(kept, rows_per_sentence)
+            active, input_ids, unfinished = active[kept], input_ids[rows], unfinished[rows]
     if streamer is not None:
         streamer.end()
+    if output is not None:
+        output[sentence_rows(active, rows_per_sentence), : input_ids.shape[1]] = input_ids
+        input_ids = output[:, : input_ids.shape[1]]
     if not config.return_dict_in_generate:
         return input_ids
     return GenerateEncoderDecoderOutput(sequences=input_ids, **recorder.fields(), past_key_values=steps.cache)
@@ -427,7 +504,7 @@ def gather_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(tensor, indices, dim=1)
 
 
-def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus):
+def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, shrinks):
     """Section 6.1's beam search: k = `num_beams` live hypotheses per sentence; a finished one (ended by an
     end-of-sentence token or a stopping criterion, such as the length limit) scores log P(Y|X) / lp(Y), GNMT's
     penalty with alpha = `length_penalty`, |Y| counting its end token.
@@ -439,9 +516,12 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
     reach is its log P now over lp at the longest length allowed (tensor2tensor's bound). Ties go as torch.topk orders
     them. These are transformers' beam search's rules (`early_stopping` too), with GNMT's ranking in place of
     |Y|^alpha; the loop replaced one that hooked into that beam search, and gives its tokens and scores.
+
+    Where `shrinks`, a sentence whose search has ended leaves the batch (as in CTranslate2): its finished hypotheses
+    are final by then, and the steps after compute only the sentences still searching.
     """
     k = config.num_beams
-    sentences, (rows, cur_len) = input_ids.shape[0] // k, input_ids.shape
+    sentences, cur_len = input_ids.shape[0] // k, input_ids.shape[1]
     prompt_len, max_length, alpha = cur_len, config.max_length, config.length_penalty
     device = input_ids.device
     candidates = max(2, 1 + len(eos_token_ids(config))) * k  # enough for k live ones if k of them finish
@@ -460,12 +540,14 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
     # Per hypothesis and step, the row (sentence * k + beam) it continued: `beam_indices` of generate's output.
     running_origins = torch.full((sentences, k, max_length - cur_len), -1, dtype=torch.int32, device=device)
     finished_origins = running_origins.clone()
-    sentence_offset = torch.arange(sentences, device=device).view(-1, 1) * k
     best_reachable_penalty = gnmt_length_penalty(max_length - prompt_len, alpha)
+    # The sentences still in the batch (their numbers in the whole batch), and the results of those that left it.
+    active = torch.arange(sentences, device=device)
+    results = None
 
     done = False
     while peers_unfinished(done, synced_gpus, device):
-        hypotheses = running[:, :, :cur_len].reshape(rows, cur_len)
+        hypotheses = running[:, :, :cur_len].reshape(-1, cur_len)
         outputs = steps(hypotheses)
         if synced_gpus and done:
             continue  # forward only, in step with the other processes
@@ -475,7 +557,8 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
         del outputs
 
         # The 2k likeliest continuations of each sentence, over all its beams.
-        totals = (log_probs.view(sentences, k, -1) + running_scores[:, :, None]).view(sentences, -1)
+        searching = running.shape[0]
+        totals = (log_probs.view(searching, k, -1) + running_scores[:, :, None]).view(searching, -1)
         if config.do_sample:
             chosen = torch.multinomial(nn.functional.softmax(totals, dim=-1), num_samples=candidates)
             chosen_scores = torch.gather(totals, 1, chosen)
@@ -486,9 +569,9 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
         extended = gather_beams(running, beam)
         extended[:, :, cur_len] = chosen % vocab_size
         extended_origins = gather_beams(running_origins, beam)
-        extended_origins[:, :, cur_len - prompt_len] = beam + sentence_offset
-        ends = stopping_criteria(extended[:, :, : cur_len + 1].reshape(sentences * candidates, -1), recorder.scores)
-        ends = ends.view(sentences, candidates)
+        extended_origins[:, :, cur_len - prompt_len] = beam + active[:, None] * k
+        ends = stopping_criteria(extended[:, :, : cur_len + 1].reshape(searching * candidates, -1), recorder.scores)
+        ends = ends.view(searching, candidates)
 
         # The k likeliest that do not end live on.
         live_scores = chosen_scores + ends.to(torch.float32) * EXCLUDED
@@ -509,15 +592,38 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
         finished_origins = gather_beams(torch.cat((finished_origins, extended_origins), dim=1), best)
         is_finished = gather_beams(torch.cat((is_finished, finish_now), dim=1), best)
 
-        steps.reorder(running_origins[..., cur_len - prompt_len].reshape(rows))
+        # The cache follows the chosen beams: rows numbered in the batch as it is now.
+        steps.reorder((torch.arange(searching, device=device)[:, None] * k + gather_beams(beam, keep)).flatten())
         cur_len += 1
 
         best_reachable = running_scores[:, :1] / best_reachable_penalty
         worst_finished = torch.where(is_finished, torch.min(finished_scores, dim=1, keepdim=True)[0], EXCLUDED)
         can_improve = can_improve & torch.any(best_reachable > worst_finished, dim=-1, keepdim=True)
-        full = bool(torch.all(is_finished)) and stops_when_full
-        done = not (bool(torch.any(can_improve)) and not full and not bool(torch.all(ends)))
+        full = torch.all(is_finished, dim=1) & stops_when_full
+        if not shrinks:
+            done = not (bool(torch.any(can_improve)) and not bool(torch.all(full)) and not bool(torch.all(ends)))
+            continue
+        # A sentence's search is over when none of its live hypotheses can win, k have finished under
+        # early_stopping=True, or all its continuations ended (its length limit): its finished ones are final.
+        over = ~can_improve[:, 0] | full | torch.all(ends, dim=1)
+        if not bool(over.any()):
+            continue
+        if results is None:
+            results = [finished.clone(), finished_scores.clone(), finished_origins.clone()]
+        for result, tensor in zip(results, (finished, finished_scores, finished_origins), strict=True):
+            result[active[over]] = tensor[over]
+        kept = (~over).nonzero().flatten()
+        done = len(kept) == 0
+        if done:
+            break
+        leave_batch(kept, k, steps, stopping_criteria)
+        active = active[kept]
+        running, running_scores, running_origins = running[kept], running_scores[kept], running_origins[kept]
+        finished, finished_scores, finished_origins = finished[kept], finished_scores[kept], finished_origins[kept]
+        is_finished, can_improve = is_finished[kept], can_improve[kept]
 
+    if results is not None:  # every sentence has left the batch
+        finished, finished_scores, finished_origins = results
     n = config.num_return_sequences
     sequences = finished[:, :n].reshape(sentences * n, -1)
     scores = finished_scores[:, :n].reshape(-1)

@@ -15,9 +15,10 @@ import pytest
 import torch
 from helpers.tiny_models import BOS, EOS, PAD, padded_batch, tiny_model
 from transformers import GenerationMixin, LogitsProcessor, Pipeline
+from transformers.generation import ExponentialDecayLengthPenalty, GenerateBeamEncoderDecoderOutput
 
 from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniTranslationPipeline
-from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
+from modeling_vaswani.generation_vaswani import DecoderSteps, VaswaniGenerationMixin
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -47,26 +48,29 @@ def lp(length: int, alpha: float) -> float:
 
 
 @torch.no_grad()
-def next_log_probs(model, source: list[int], outputs: list[list[int]]) -> list[list[float]]:
-    """log P(next token | source, output so far) for outputs of one length, as EndLikelierWithLength makes it: the
-    whole decoder input run again, no cache, the source repeated for each output."""
+def next_log_probs(model, source, outputs: list[list[int]], processor=None, on_logits=False) -> list[list[float]]:
+    """log P(next token | source, output so far) for outputs of one length, as EndLikelierWithLength makes it (or
+    `processor`, one of transformers' logits processors): the whole decoder input run again, no cache, the source
+    repeated for each output."""
     start = model.config.decoder_start_token_id
-    logits = model(
-        input_ids=torch.tensor([source] * len(outputs)),
-        decoder_input_ids=torch.tensor([[start, *output] for output in outputs]),
-    ).logits[:, -1]
+    decoder_input_ids = torch.tensor([[start, *output] for output in outputs])
+    logits = model(input_ids=torch.tensor([source] * len(outputs)), decoder_input_ids=decoder_input_ids).logits[:, -1]
     log_probs = torch.log_softmax(logits.double(), dim=-1)
+    if processor is not None and on_logits:  # greedy search processes the logits, beam search log P
+        return processor(decoder_input_ids, logits.double()).tolist()
+    if processor is not None:
+        return processor(decoder_input_ids, log_probs).tolist()
     log_probs[:, EOS] += RAMP * len(outputs[0])
     return torch.log_softmax(log_probs, dim=-1).tolist()
 
 
-def reference_search(model, source: list[int], beams: int, alpha: float, limit: int, returned: int):
+def reference_search(model, source: list[int], beams: int, alpha: float, limit: int, returned: int, processor=None):
     """Section 6.1's search over one sentence (no padding in `source`); `limit` counts output tokens, </s>
     included. Returns the `returned` best (output tokens, score), best first; greedy returns the score None."""
     if beams == 1:
         tokens = []
         while len(tokens) < limit and (not tokens or tokens[-1] != EOS):
-            (scores,) = next_log_probs(model, source, [tokens])
+            (scores,) = next_log_probs(model, source, [tokens], processor, on_logits=True)
             tokens.append(max(range(len(scores)), key=lambda token: (scores[token], -token)))
         return [(tokens, None)]
 
@@ -74,7 +78,7 @@ def reference_search(model, source: list[int], beams: int, alpha: float, limit: 
     finished = []  # (output tokens, log P / lp), best first
     while live:
         continuations = []
-        next_scores = next_log_probs(model, source, [tokens for tokens, _ in live])
+        next_scores = next_log_probs(model, source, [tokens for tokens, _ in live], processor)
         for rank, ((tokens, log_p), scores) in enumerate(zip(live, next_scores, strict=True)):
             for token, token_log_p in enumerate(scores):
                 continuations.append((log_p + token_log_p, rank, token, tokens + [token]))
@@ -131,7 +135,7 @@ def random_cases(count: int, seed: int):
         yield lengths, rng.randrange(10**6), settings
 
 
-def expected_output(model, input_ids, attention_mask, settings, alpha=None):
+def expected_output(model, input_ids, attention_mask, settings, alpha=None, processor=None):
     """What the reference decodes for each sentence of the batch, in generate()'s row order."""
     alpha = settings["length_penalty"] if alpha is None else alpha
     cap = settings.get("max_new_tokens", settings.get("max_length", 10**6) - 1)
@@ -141,7 +145,7 @@ def expected_output(model, input_ids, attention_mask, settings, alpha=None):
         source = row[keep.bool()].tolist()
         limit = min(len(source) + 50, cap, table - 1)  # output tokens; the learned table also holds the start
         results += reference_search(
-            model, source, settings["num_beams"], alpha, limit, settings.get("num_return_sequences", 1)
+            model, source, settings["num_beams"], alpha, limit, settings.get("num_return_sequences", 1), processor
         )
     return results
 
@@ -180,6 +184,37 @@ def test_tokens_and_scores_equal_the_references(model):
         compared += len(expected)
         lengths_ended |= {len(tokens) for tokens, _ in expected if tokens[-1] == EOS}
     assert compared >= 20 and len(lengths_ended) >= 3, "hypotheses must end at several lengths for ranking to matter"
+
+
+DECAY = (2, 1.6)  # generate()'s exponential_decay_length_penalty: </s> likelier with each token past the second
+
+
+@pytest.mark.filterwarnings("ignore:.*learned positions")
+def test_sentences_leave_the_batch_when_their_search_ends_and_tokens_stay_the_references(model, monkeypatch):
+    """Without return_dict_in_generate and with transformers' own processors, a sentence whose search is over leaves
+    the batch (DecoderSteps.select): the tokens are still the reference's, sentence by sentence."""
+    selected = []
+    original = DecoderSteps.select
+    monkeypatch.setattr(
+        DecoderSteps, "select", lambda self, kept, k: selected.append(len(kept)) or original(self, kept, k)
+    )
+    processor = ExponentialDecayLengthPenalty(DECAY, EOS, input_ids_seq_length=1)  # as generate() builds it
+    compared = 0
+    for lengths, seed, settings in random_cases(25, seed=39):
+        lengths = [*lengths, 9, 3]  # sentences enough to end at different steps
+        input_ids, attention_mask = padded_batch(lengths, vocab_size=model.config.vocab_size, seed=seed)
+        sequences = model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            paper_decoding=True,
+            exponential_decay_length_penalty=DECAY,
+            **settings,
+        )
+        expected = expected_output(model, input_ids, attention_mask, settings, processor=processor)
+        assert decoded(GenerateBeamEncoderDecoderOutput(sequences=sequences)) == [t for t, _ in expected], settings
+        compared += len(expected)
+    assert compared >= 75 and len(selected) >= 8, selected  # sentences did leave the batch, in many cases
+    assert min(selected) >= 1
 
 
 def test_the_comparison_detects_a_wrong_alpha():
