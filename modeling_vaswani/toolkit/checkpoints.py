@@ -185,6 +185,7 @@ class Checkpoint:
     config: VaswaniConfig
     parameters: int
     results: dict | None  # results.json, where there is one
+    tokenizer: object  # the tokenizer, loaded by the check
 
 
 def validate_checkpoint(folder) -> Checkpoint:
@@ -196,11 +197,11 @@ def validate_checkpoint(folder) -> Checkpoint:
         raise CheckpointError(f"{folder} is not a folder; expected a checkpoint written by save_pretrained")
     config = load_config(folder)
     shapes = stored_shapes(folder)
-    check_tokenizer(folder, config)
+    tokenizer = check_tokenizer(folder, config)
     check_shapes(folder, config, shapes)
     # The tied embedding matrix is stored once and the sinusoid table not at all: this is the model's parameter count.
     parameters = sum(math.prod(shape) for shape, _ in shapes.values())
-    return Checkpoint(folder, config, parameters, load_results(folder))
+    return Checkpoint(folder, config, parameters, load_results(folder), tokenizer)
 
 
 def is_vaswani_folder(folder: Path) -> bool:
@@ -271,8 +272,8 @@ def check_tokenizer_files(folder: Path) -> None:
         raise CheckpointError(f"model folder {folder} has no tokenizer; expected {' or '.join(TOKENIZER_FILES)}")
 
 
-def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
-    """The tokenizer must load and match the model: one id per embedding row, the same padding and end ids."""
+def check_tokenizer(folder: Path, config: VaswaniConfig):
+    """The tokenizer, which must load and match the model: one id per embedding row, the same padding and end ids."""
     check_tokenizer_files(folder)
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
@@ -293,6 +294,7 @@ def check_tokenizer(folder: Path, config: VaswaniConfig) -> None:
                 f"{folder}: the tokenizer's {name} is {getattr(tokenizer, name)} but config.json's is "
                 f"{getattr(config, name)}"
             )
+    return tokenizer
 
 
 def check_same_tokenizer(folders: list[Path]) -> None:
@@ -360,8 +362,9 @@ def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remot
             f"model folder {folder} holds a CTranslate2 export (model.bin); run it with --engine ctranslate2, or "
             "give the checkpoint folder it was exported from"
         )
+    tokenizer = None
     if folder is not None:
-        validate_checkpoint(folder)
+        tokenizer = validate_checkpoint(folder).tokenizer
         name = str(folder)  # "~" expanded
     options = {"revision": revision, "trust_remote_code": trust_remote_code}
     model = AutoModelForSeq2SeqLM.from_pretrained(name, **options)
@@ -370,4 +373,4 @@ def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remot
             f"{name} holds a {model.config.model_type!r} model; expected a Vaswani checkpoint (model_type "
             f"{VaswaniConfig.model_type!r})"
         )
-    return model, AutoTokenizer.from_pretrained(name, **options)
+    return model, tokenizer or AutoTokenizer.from_pretrained(name, **options)

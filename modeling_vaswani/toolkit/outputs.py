@@ -127,8 +127,11 @@ def staged_folder(path: str | Path) -> Iterator[Path]:
 @contextmanager
 def staged_file(path: str | Path) -> Iterator[Path]:
     """A path beside `path` to write a file to (by any library that writes to a path); it replaces `path` when the
-    block ends without error, flushed to disk first, and is deleted otherwise."""
+    block ends without error, flushed to disk first, and is deleted otherwise. Through a symbolic link, the file it
+    points to is written (as `open(path, "w")` would), the link kept."""
     path = Path(path)
+    if path.is_symlink():
+        path = path.resolve()
     recover(path)
     descriptor, name = tempfile.mkstemp(prefix=_partial_prefix(path), dir=path.parent)
     os.close(descriptor)
@@ -266,8 +269,16 @@ def save_into(folder: str | Path, item) -> None:
     staged = Path(tempfile.mkdtemp(prefix=_partial_prefix(folder), dir=folder.parent))
     try:
         item.save_pretrained(staged)
-        for path in staged.iterdir():
-            _finish_file(path, folder / path.name)
-            os.replace(path, folder / path.name)
+        move_files_into(staged, folder)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
+
+
+def move_files_into(staged: str | Path, folder: str | Path) -> None:
+    """Each file of the folder `staged` replaces its namesake in `folder`, flushed to disk and renamed (atomic per
+    file); `staged` is removed once empty."""
+    staged, folder = Path(staged), Path(folder)
+    for path in staged.iterdir():
+        _finish_file(path, folder / path.name)
+        os.replace(path, folder / path.name)
+    staged.rmdir()

@@ -37,6 +37,16 @@ def test_a_file_is_replaced_only_when_complete(tmp_path):
     assert target.read_text(encoding="utf-8") == "new\n" and leftovers(tmp_path) == []
 
 
+def test_a_file_is_written_through_a_symbolic_link_as_open_would(tmp_path):
+    (tmp_path / "data").mkdir()
+    target = tmp_path / "data" / "out.de"
+    target.write_text("earlier\n", encoding="utf-8")
+    (tmp_path / "link.de").symlink_to(target)
+    write_text(tmp_path / "link.de", "new\n")
+    assert (tmp_path / "link.de").is_symlink() and target.read_text(encoding="utf-8") == "new\n"
+    assert leftovers(tmp_path) == [] and leftovers(tmp_path / "data") == []
+
+
 def test_new_files_and_folders_get_the_permissions_open_and_mkdir_give(tmp_path):
     write_text(tmp_path / "written", "x")
     with open(tmp_path / "opened", "w") as handle:

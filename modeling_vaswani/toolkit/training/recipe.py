@@ -6,7 +6,6 @@ and the flags below change it.
 
 import json
 import logging
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
@@ -42,7 +41,7 @@ from ..data.tokenizer import train_tokenizer_from_texts
 from ..evaluation.metrics import bleu
 from ..evaluation.plotting import plot_training_curves
 from ..evaluation.translate import translate, write_lines
-from ..outputs import MODEL_OUTPUT, atomic_text, check_output_folder, save_into, write_text
+from ..outputs import MODEL_OUTPUT, atomic_text, check_output_folder, move_files_into, save_into, write_text
 from .presets import PRESETS, preset_config, preset_overrides
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
@@ -396,9 +395,7 @@ def save_final_model(trainer: VaswaniTrainer, output_dir: Path) -> None:
     trainer.save_model(str(staged))
     trainer.accelerator.wait_for_everyone()
     if trainer.args.should_save:
-        for path in staged.iterdir():
-            os.replace(path, output_dir / path.name)
-        shutil.rmtree(staged)
+        move_files_into(staged, output_dir)
     trainer.accelerator.wait_for_everyone()
 
 
