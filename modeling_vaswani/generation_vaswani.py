@@ -513,9 +513,10 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
     log P; those of the first k that finish join the sentence's k best finished hypotheses, and the k likeliest that
     do not finish live on. A sentence's search ends when no live hypothesis can beat its k-th best finished one:
     log-probabilities only fall as a hypothesis grows and lp(Y) only grows (alpha >= 0), so the best a live one can
-    reach is its log P now over lp at the longest length allowed (tensor2tensor's bound). Ties go as torch.topk orders
-    them. These are transformers' beam search's rules (`early_stopping` too), with GNMT's ranking in place of
-    |Y|^alpha; the loop replaced one that hooked into that beam search, and gives its tokens and scores.
+    reach is its log P now over lp at the longest length its sentence allows (tensor2tensor's bound, with each
+    sentence's own limit). Ties go as torch.topk orders them. These are transformers' beam search's rules
+    (`early_stopping` too), with GNMT's ranking in place of |Y|^alpha; the loop replaced one that hooked into that
+    beam search, and gives its tokens and scores.
 
     Where `shrinks`, a sentence whose search has ended leaves the batch (as in CTranslate2): its finished hypotheses
     are final by then, and the steps after compute only the sentences still searching.
@@ -540,7 +541,10 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
     # Per hypothesis and step, the row (sentence * k + beam) it continued: `beam_indices` of generate's output.
     running_origins = torch.full((sentences, k, max_length - cur_len), -1, dtype=torch.int32, device=device)
     finished_origins = running_origins.clone()
-    best_reachable_penalty = gnmt_length_penalty(max_length - prompt_len, alpha)
+    # The longest a sentence's hypotheses may grow: its own limit (Section 6.1's input + 50), where one is set.
+    limits = [criteria.max_lengths for criteria in stopping_criteria if isinstance(criteria, MaxLengthPerSentence)]
+    longest = limits[0].to(device).clamp(max=max_length)[:, None] if limits else torch.tensor([[max_length]])
+    best_reachable_penalty = gnmt_length_penalty((longest - prompt_len).to(torch.float32), alpha)
     # The sentences still in the batch (their numbers in the whole batch), and the results of those that left it.
     active = torch.arange(sentences, device=device)
     results = None
@@ -621,6 +625,8 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
         running, running_scores, running_origins = running[kept], running_scores[kept], running_origins[kept]
         finished, finished_scores, finished_origins = finished[kept], finished_scores[kept], finished_origins[kept]
         is_finished, can_improve = is_finished[kept], can_improve[kept]
+        if best_reachable_penalty.shape[0] > 1:
+            best_reachable_penalty = best_reachable_penalty[kept]
 
     if results is not None:  # every sentence has left the batch
         finished, finished_scores, finished_origins = results

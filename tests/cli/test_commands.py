@@ -49,6 +49,10 @@ def test_main_job_end_to_end(tmp_path):
     assert "sacreBLEU" in trained.stdout and "tokenized BLEU" in trained.stdout
     model_dir = run / "averaged"
     assert json.loads((model_dir / "generation_config.json").read_text())["length_penalty"] == 1.0  # the preset's
+    # Evaluating by translating during training leaves the model's generation settings as they were (transformers'
+    # Seq2SeqTrainer writes every generate() default into them, max_length 20 among them).
+    for folder in (model_dir, run / "checkpoint-30"):
+        assert "max_length" not in json.loads((folder / "generation_config.json").read_text()), folder
     results = json.loads((model_dir / "results.json").read_text())
     assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert results["test_set"]["dataset_split"] == "test_2016_flickr"  # what push_to_hub.py's card names

@@ -7,6 +7,7 @@ logging); written here by hand is only what it lacks: the exact lrate formula of
 Trainer writes checkpoint-N in place, so a kill while saving leaves a folder that resuming would take as complete).
 """
 
+import copy
 import errno
 import inspect
 import logging
@@ -264,6 +265,15 @@ class VaswaniTrainer(Seq2SeqTrainer):
         return super().evaluate(
             eval_dataset, ignore_keys=ignore_keys, metric_key_prefix=metric_key_prefix, **gen_kwargs
         )
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        # Seq2SeqTrainer.prediction_step writes every generate() default into model.generation_config (max_length 20
+        # and 30 more), which every later checkpoint would carry and every generate() then warns about: keep ours.
+        kept = copy.deepcopy(self.model.generation_config)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.model.generation_config = kept
 
     def predict(self, test_dataset, ignore_keys=None, metric_key_prefix: str = "test", **gen_kwargs):
         gen_kwargs.setdefault("paper_decoding", self.args.paper_decoding)
