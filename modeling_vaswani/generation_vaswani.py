@@ -11,6 +11,7 @@ finished hypotheses by log P(Y|X) / |Y|^alpha, and none of its public hooks can 
 """
 
 import functools
+import inspect
 import math
 import numbers
 
@@ -30,10 +31,41 @@ from transformers.generation import (
     StoppingCriteriaList,
 )
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-from transformers.modeling_outputs import BaseModelOutput
+from transformers.masking_utils import create_causal_mask
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
 from transformers.utils import logging
 
+from .kernels_vaswani import DecoderStep
+
 logger = logging.get_logger(__name__)
+
+# transformers 5.24 renamed the cache argument of models' forward, of generate()'s model inputs and of its mask helpers
+# from `past_key_values` to `cache` (5.23 knows only the old name): the name this transformers uses.
+CACHE = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+
+
+def output_cache(outputs):
+    """The cache an output holds, under either name."""
+    return outputs.get(CACHE)
+
+
+def either_cache_name(forward):
+    """A forward written with `past_key_values` that also takes it as `cache`, the name of transformers >= 5.24, under
+    which the old name is deprecated as transformers' own models deprecate it (its `deprecate_kwarg`, which its
+    common tests check)."""
+
+    @functools.wraps(forward)
+    def renamed(*args, cache=None, **kwargs):
+        if cache is not None:
+            kwargs["past_key_values"] = cache
+        return forward(*args, **kwargs)
+
+    if CACHE == "past_key_values":
+        return renamed
+    from transformers.utils.deprecation import deprecate_kwarg
+
+    return deprecate_kwarg("past_key_values", version="5.40.0", new_name="cache")(renamed)
+
 
 # What transformers' beam search gives a hypothesis that may not be chosen; kept so that scores and tokens are the same
 # as those of the beam search this loop replaced.
@@ -235,7 +267,7 @@ class DecoderSteps:
     def __init__(self, model, sentences: int, model_kwargs: dict):
         self.model = model
         self.use_cache = model_kwargs.get("use_cache", True)
-        self.cache = model_kwargs.pop("past_key_values", None)
+        self.cache = model_kwargs.pop(CACHE, None)
         if self.cache is not None and not isinstance(self.cache, EncoderDecoderCache):
             raise TypeError(
                 f"paper_decoding: past_key_values is a {type(self.cache).__name__}; expected an EncoderDecoderCache, "
@@ -264,13 +296,34 @@ class DecoderSteps:
         model_kwargs["logits_to_keep"] = 1
         self.model_kwargs = model_kwargs
         self.first = True
+        self.step = None  # kernels_vaswani.DecoderStep, where `fast_steps_allowed` allows it
+
+    def fast_steps_allowed(self) -> bool:
+        """Whether the steps may run as `DecoderStep` (identical results, little per-step work): inference with the
+        cache generate() made (still empty), and nothing asked of the forward but logits."""
+        cache_empty = self.cache is None or self.cache.get_seq_length() == 0
+        plain = set(self.model_kwargs) <= {"logits_to_keep", "use_cache", "output_attentions", "output_hidden_states"}
+        return (
+            self.use_cache
+            and cache_empty
+            and plain
+            and not self.model_kwargs.get("output_attentions")
+            and not self.model_kwargs.get("output_hidden_states")
+            and not self.model.training
+            and not torch.is_grad_enabled()
+        )
+
+    def use_fast_steps(self) -> None:
+        self.step = DecoderStep(self.model, self.encoder_outputs.last_hidden_state, self.attention_mask)
 
     def __call__(self, sequences: torch.LongTensor):
         """Runs the model on the hypotheses `sequences` (rows: sentence-major, as the cache holds them)."""
+        if self.step is not None:
+            return Seq2SeqLMOutput(logits=self.step(sequences[:, -1])[:, None])
         inputs = self.model.prepare_inputs_for_generation(
             sequences,
             next_sequence_length=1 if self.use_cache and not self.first else None,
-            past_key_values=self.cache,
+            **{CACHE: self.cache},
             attention_mask=self.attention_mask,
             encoder_outputs=self.encoder_outputs,
             is_first_iteration=self.first,
@@ -279,14 +332,17 @@ class DecoderSteps:
         outputs = self.model(**inputs, return_dict=True)
         self.first = False
         if self.use_cache:
-            self.cache = outputs.past_key_values
+            self.cache = output_cache(outputs)
         return outputs
 
     def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
         """Keeps only `sentences` (indices into the batch as it is now) and their hypotheses' rows: the cache's rows
         (public `batch_select_indices`), the encoder output and the source mask."""
         rows = sentences[:, None] * rows_per_sentence + torch.arange(rows_per_sentence, device=sentences.device)
-        if self.cache is not None:
+        if self.step is not None:
+            self.step.reorder(rows.flatten())
+            self.step.select_sentences(sentences)
+        elif self.cache is not None:
             self.cache.self_attention_cache.batch_select_indices(rows.flatten())
             self.cache.cross_attention_cache.batch_select_indices(sentences)
         self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
@@ -296,7 +352,9 @@ class DecoderSteps:
     def reorder(self, beam_idx: torch.Tensor) -> None:
         """Moves the cached decoder self-attention to the chosen beams. The encoder-decoder attention's cache is left
         as it is: one row per sentence, and a beam only ever continues a beam of its own sentence."""
-        if self.cache is not None:
+        if self.step is not None:
+            self.step.reorder(beam_idx)
+        elif self.cache is not None:
             self.cache.self_attention_cache.reorder_cache(beam_idx)
 
 
@@ -391,6 +449,8 @@ def paper_search(
     steps = DecoderSteps(model, input_ids.shape[0] // k, model_kwargs)
     recorder = Recorder(generation_config, steps.encoder_outputs)
     shrinks = may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus, streamer)
+    if not generation_config.return_dict_in_generate and not synced_gpus and steps.fast_steps_allowed():
+        steps.use_fast_steps()
     if generation_config.num_beams > 1:
         if streamer is not None:
             raise ValueError(
@@ -494,7 +554,7 @@ def greedy_search(
         input_ids = output[:, : input_ids.shape[1]]
     if not config.return_dict_in_generate:
         return input_ids
-    return GenerateEncoderDecoderOutput(sequences=input_ids, **recorder.fields(), past_key_values=steps.cache)
+    return GenerateEncoderDecoderOutput(sequences=input_ids, **recorder.fields(), **{CACHE: steps.cache})
 
 
 def gather_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
@@ -643,7 +703,7 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
         sequences_scores=scores if config.output_scores else None,
         beam_indices=origins,
         **recorder.fields(),
-        past_key_values=steps.cache,
+        **{CACHE: steps.cache},
     )
 
 

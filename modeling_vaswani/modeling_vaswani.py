@@ -30,7 +30,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import VaswaniGenerationMixin, paper_generation_config
+from .generation_vaswani import CACHE, VaswaniGenerationMixin, either_cache_name, output_cache, paper_generation_config
 from .kernels_vaswani import ATTENTION_FUNCTIONS as ALL_ATTENTION_FUNCTIONS  # set_attn_implementation() seeks the name
 from .kernels_vaswani import Linear, encoder_attention_mask_by_sentence
 from .remote_code_vaswani import SavesPayload
@@ -376,6 +376,7 @@ class VaswaniDecoder(VaswaniStack):
 
     @merge_with_config_defaults
     @capture_outputs
+    @either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -402,10 +403,9 @@ class VaswaniDecoder(VaswaniStack):
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=self_attention_cache,
+            **{CACHE: self_attention_cache},
         )
-        # Section 3.2.3's attention over the encoder output, whose rows may each serve k decoder rows (generate()'s
-        # beams): the mask is made for the attention as kernels_vaswani.py computes it, one row of queries a sentence.
+        # Section 3.2.3's mask as kernels_vaswani.by_sentence attends: a sentence's k decoder rows, one row of queries
         encoder_attention_mask = encoder_attention_mask_by_sentence(
             self.config, hidden_states, encoder_hidden_states, encoder_attention_mask
         )
@@ -418,9 +418,7 @@ class VaswaniDecoder(VaswaniStack):
                 past_key_values=past_key_values,
                 **kwargs,
             )
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values
-        )
+        return BaseModelOutputWithPastAndCrossAttentions(last_hidden_state=hidden_states, **{CACHE: past_key_values})
 
 
 # === The model: one embedding matrix for source, target and output (Section 3.4) =====================================
@@ -459,6 +457,7 @@ class VaswaniModel(VaswaniPreTrainedModel):
         self.shared = self.encoder.embed_tokens = self.decoder.embed_tokens = value
 
     @can_return_tuple
+    @either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -483,14 +482,14 @@ class VaswaniModel(VaswaniPreTrainedModel):
             attention_mask=decoder_attention_mask,
             encoder_hidden_states=encoder_outputs.last_hidden_state,
             encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
             inputs_embeds=decoder_inputs_embeds,
+            **{CACHE: past_key_values},
             use_cache=use_cache,
             **kwargs,
         )
         return Seq2SeqModelOutput(
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
+            **{CACHE: output_cache(decoder_outputs)},
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -529,6 +528,7 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     @can_return_tuple
+    @either_cache_name
     def forward(
         self,
         input_ids: torch.LongTensor | None = None,
@@ -562,10 +562,10 @@ class VaswaniForConditionalGeneration(VaswaniPreTrainedModel, VaswaniGenerationM
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
+            **{CACHE: past_key_values},
             **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state[:, -logits_to_keep:])  # [:, -0:] keeps every position

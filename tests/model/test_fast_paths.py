@@ -323,3 +323,77 @@ def test_missing_onednn_ops_are_an_error_naming_them(monkeypatch):
         Linear(4, 3)(torch.randn(2, 4))
     with torch.backends.mkldnn.flags(enabled=False):  # the way out the message names
         assert Linear(4, 3)(torch.randn(2, 4)).shape == (2, 3)
+
+
+DECODER_STEP_MODELS = {
+    "plain": {},
+    "attention and logits biases": {"attention_bias": True, "final_logits_bias": True},
+    "learned positions": {"position_embedding_type": "learned"},
+    "d_k and d_v not d_model / h": {"d_k": 8, "d_v": 12},
+}
+
+
+@pytest.mark.parametrize("overrides", list(DECODER_STEP_MODELS.values()), ids=list(DECODER_STEP_MODELS))
+def test_the_decoder_step_is_the_decoder_run_on_the_whole_prefix(overrides):
+    """DecoderStep's logits, step by step with its cache reordered and sentences leaving, against the model's own
+    forward over each row's whole prefix and source, no cache at all."""
+    model = tiny_model(seed=7, **overrides)
+    if overrides.get("final_logits_bias"):
+        with torch.no_grad():
+            model.lm_head.bias.normal_()
+    input_ids, attention_mask = padded_batch([5, 9, 3], seed=8)
+    k = 2  # hypotheses a sentence: rows s*k to s*k+k-1 share sentence s's encoder output
+    with torch.no_grad():
+        encoder_output = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        step = kernels.DecoderStep(model, encoder_output, attention_mask)
+        sentences = torch.arange(3)
+        prefixes = torch.full((3 * k, 1), model.config.decoder_start_token_id)
+        generator = torch.Generator().manual_seed(9)
+        for position in range(6):
+            logits = step(prefixes[:, -1])
+            rows_source = input_ids[sentences].repeat_interleave(k, dim=0)
+            rows_mask = attention_mask[sentences].repeat_interleave(k, dim=0)
+            expected = model(
+                input_ids=rows_source, attention_mask=rows_mask, decoder_input_ids=prefixes, use_cache=False
+            ).logits[:, -1]
+            torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
+            # Each row continues a random row of its own sentence, with a random token.
+            within = torch.randint(0, k, (len(sentences), k), generator=generator)
+            rows = (torch.arange(len(sentences))[:, None] * k + within).flatten()
+            step.reorder(rows)
+            tokens = torch.randint(4, model.config.vocab_size, (len(rows), 1), generator=generator)
+            prefixes = torch.cat((prefixes[rows], tokens), dim=1)
+            if position == 2:  # the middle sentence leaves the batch
+                kept = torch.tensor([0, 2])
+                kept_rows = (kept[:, None] * k + torch.arange(k)).flatten()
+                step.reorder(kept_rows)
+                step.select_sentences(kept)
+                sentences, prefixes = sentences[kept], prefixes[kept_rows]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"num_beams": 1},
+        {"num_beams": 4},
+        {"num_beams": 4, "num_return_sequences": 3},
+        {"num_beams": 3, "max_new_tokens": 7},
+    ],
+    ids=["greedy", "beam", "n-best", "beam-capped"],
+)
+def test_paper_decoding_gives_the_same_tokens_with_decoder_steps_as_with_the_models_forward(
+    model, batch, settings, monkeypatch
+):
+    """Without return_dict_in_generate the search runs DecoderStep and lets finished sentences leave the batch; with
+    it, the model's own forward over its cache, every sentence to the end: the same tokens."""
+    steps = []
+    original = kernels.DecoderStep.__call__
+    monkeypatch.setattr(
+        kernels.DecoderStep, "__call__", lambda self, tokens: steps.append(1) or original(self, tokens)
+    )
+    fast = model.generate(**batch, paper_decoding=True, **settings)
+    assert steps, "the search should have run DecoderStep"
+    steps.clear()
+    plain = model.generate(**batch, paper_decoding=True, return_dict_in_generate=True, **settings).sequences
+    assert not steps
+    assert torch.equal(fast, plain)
