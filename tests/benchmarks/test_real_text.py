@@ -78,16 +78,16 @@ def test_the_command_needs_a_model_or_a_training_budget():
 def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
     output = tmp_path / "report.json"
     command = [
-        sys.executable, str(SCRIPT), "--model", str(checkpoint), "--engines", "pytorch-paper", "marian",
-        "ct2-float32", "--decodings", "beam", "--batches", "sentences:3", "tokens:60", "--sentences", "7",
-        "--threads", "1", "--json", str(output),
+        sys.executable, str(SCRIPT), "--model", str(checkpoint), "--test_sets", "test2016",
+        "--engines", "pytorch-paper", "marian", "ct2-float32", "--decodings", "beam",
+        "--batches", "sentences:3", "tokens:200", "--sentences", "7", "--threads", "1", "--json", str(output),
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(output.read_text())
     rows = {(row["batch"], row["engine"]): row for row in report["rows"]}
     assert set(rows) == {
-        (b, e) for b in ("sentences:3", "tokens:60") for e in ("pytorch-paper", "marian", "ct2-float32")
+        (b, e) for b in ("sentences:3", "tokens:200") for e in ("pytorch-paper", "marian", "ct2-float32")
     }
     assert all("error" not in row for row in rows.values()), rows
 
@@ -111,4 +111,4 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
         )
     assert report["machine"]["cpu_flags"] is not None and report["threads"] == 1
     table = result.stdout
-    assert "| test2016 | beam | tokens:60 | ct2-float32 |" in table and "paper ÷ engine" in table
+    assert "| test2016 | beam | tokens:200 | ct2-float32 |" in table and "paper ÷ engine" in table
