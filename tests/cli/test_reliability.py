@@ -322,9 +322,15 @@ def test_translate_function_refuses_what_it_cannot_translate(checkpoint):
         (["A man.", None], {}, InputError, "sentence 2 is a NoneType; expected a str"),
         (["A man.", " "], {}, InputError, "sentence 2 is empty"),
         (["A man."], {"max_input_tokens": 2}, InputError, r"sentence 1 is \d+ tokens long, more than the limit of 2"),
-        (["A man."], {"max_input_tokens": 0}, ValueError, "max_input_tokens must be >= 1 or None, got 0"),
-        (["A man."], {"batch_size": 0}, ValueError, "batch_size must be an int >= 1, got 0"),
-        (["A man."], {"batch_size": 2.5}, ValueError, "batch_size must be an int >= 1, got 2.5"),
+        (
+            ["A man."],
+            {"max_input_tokens": 0},
+            ValueError,
+            r"max_input_tokens=0; expected an int of at least 1 \(or None\)",
+        ),
+        (["A man."], {"batch_size": 0}, ValueError, r"batch_size=0; expected an int of at least 1"),
+        (["A man."], {"batch_size": 2.5}, ValueError, r"batch_size=2.5; expected an int of at least 1"),
+        (["A man."], {"max_tokens": True}, ValueError, r"max_tokens=True; expected an int of at least 1"),
     ]
     for sentences, options, error, message in cases:
         with pytest.raises(error, match=message):
