@@ -338,12 +338,12 @@ class DecoderSteps:
     def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
         """Keeps only `sentences` (indices into the batch as it is now) and their hypotheses' rows: the cache's rows
         (public `batch_select_indices`), the encoder output and the source mask."""
-        rows = sentences[:, None] * rows_per_sentence + torch.arange(rows_per_sentence, device=sentences.device)
+        rows = sentence_rows(sentences, rows_per_sentence)
         if self.step is not None:
-            self.step.reorder(rows.flatten())
+            self.step.reorder(rows)
             self.step.select_sentences(sentences)
         elif self.cache is not None:
-            self.cache.self_attention_cache.batch_select_indices(rows.flatten())
+            self.cache.self_attention_cache.batch_select_indices(rows)
             self.cache.cross_attention_cache.batch_select_indices(sentences)
         self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
         if self.attention_mask is not None:
