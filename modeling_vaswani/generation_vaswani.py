@@ -32,10 +32,8 @@ from transformers.generation import (
 )
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 from transformers.masking_utils import create_causal_mask
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+from transformers.modeling_outputs import BaseModelOutput
 from transformers.utils import logging
-
-from .kernels_vaswani import DecoderStep
 
 logger = logging.get_logger(__name__)
 
@@ -296,30 +294,9 @@ class DecoderSteps:
         model_kwargs["logits_to_keep"] = 1
         self.model_kwargs = model_kwargs
         self.first = True
-        self.step = None  # kernels_vaswani.DecoderStep, where `fast_steps_allowed` allows it
-
-    def fast_steps_allowed(self) -> bool:
-        """Whether the steps may run as `DecoderStep` (identical results, little per-step work): inference with the
-        cache generate() made (still empty), and nothing asked of the forward but logits."""
-        cache_empty = self.cache is None or self.cache.get_seq_length() == 0
-        plain = set(self.model_kwargs) <= {"logits_to_keep", "use_cache", "output_attentions", "output_hidden_states"}
-        return (
-            self.use_cache
-            and cache_empty
-            and plain
-            and not self.model_kwargs.get("output_attentions")
-            and not self.model_kwargs.get("output_hidden_states")
-            and not self.model.training
-            and not torch.is_grad_enabled()
-        )
-
-    def use_fast_steps(self) -> None:
-        self.step = DecoderStep(self.model, self.encoder_outputs.last_hidden_state, self.attention_mask)
 
     def __call__(self, sequences: torch.LongTensor):
         """Runs the model on the hypotheses `sequences` (rows: sentence-major, as the cache holds them)."""
-        if self.step is not None:
-            return Seq2SeqLMOutput(logits=self.step(sequences[:, -1])[:, None])
         inputs = self.model.prepare_inputs_for_generation(
             sequences,
             next_sequence_length=1 if self.use_cache and not self.first else None,
@@ -339,10 +316,7 @@ class DecoderSteps:
         """Keeps only `sentences` (indices into the batch as it is now) and their hypotheses' rows: the cache's rows
         (public `batch_select_indices`), the encoder output and the source mask."""
         rows = sentence_rows(sentences, rows_per_sentence)
-        if self.step is not None:
-            self.step.reorder(rows)
-            self.step.select_sentences(sentences)
-        elif self.cache is not None:
+        if self.cache is not None:
             self.cache.self_attention_cache.batch_select_indices(rows)
             self.cache.cross_attention_cache.batch_select_indices(sentences)
         self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
@@ -352,9 +326,7 @@ class DecoderSteps:
     def reorder(self, beam_idx: torch.Tensor) -> None:
         """Moves the cached decoder self-attention to the chosen beams. The encoder-decoder attention's cache is left
         as it is: one row per sentence, and a beam only ever continues a beam of its own sentence."""
-        if self.step is not None:
-            self.step.reorder(beam_idx)
-        elif self.cache is not None:
+        if self.cache is not None:
             self.cache.self_attention_cache.reorder_cache(beam_idx)
 
 
@@ -449,8 +421,6 @@ def paper_search(
     steps = DecoderSteps(model, input_ids.shape[0] // k, model_kwargs)
     recorder = Recorder(generation_config, steps.encoder_outputs)
     shrinks = may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus, streamer)
-    if not generation_config.return_dict_in_generate and not synced_gpus and steps.fast_steps_allowed():
-        steps.use_fast_steps()
     if generation_config.num_beams > 1:
         if streamer is not None:
             raise ValueError(

@@ -75,9 +75,10 @@ class Linear(nn.Linear):
     `from_pretrained(use_kernels=True)` and with the `kernels` package, so the default would lose the speed.
     With gradients the weight is used as stored (it changes every step). Without, a packed copy (the weight's size
     again in memory) is made on the first call and again whenever the weight changes: its version counter moves with
-    every in-place update (optimizer step, load_state_dict); train() drops it. Results equal nn.Linear's up to
-    float32 rounding (another order of summation). Other dtypes, devices, autocast, tensor subclasses (FSDP's
-    DTensor) and compiled graphs take nn.Linear's path; `torch.backends.mkldnn.flags(enabled=False)` turns it off.
+    every in-place update (optimizer step, load_state_dict); train() drops it, eval() keeps it. Results equal
+    nn.Linear's up to float32 rounding (another order of summation). Other dtypes, devices, autocast, tensor
+    subclasses (FSDP's DTensor) and compiled graphs take nn.Linear's path; `torch.backends.mkldnn.flags(enabled=False)`
+    turns it off.
     """
 
     _packed = None  # (the weight as it was packed, its version then, the packed weight)
@@ -120,7 +121,8 @@ class Linear(nn.Linear):
         return through
 
     def train(self, mode: bool = True):
-        self._packed = None
+        if mode:  # eval() keeps the copy: the version counter already catches a changed weight
+            self._packed = None
         return super().train(mode)
 
     def __getstate__(self):
@@ -227,86 +229,3 @@ class VaswaniAttentionInterface(AttentionInterface):
 
 ATTENTION_FUNCTIONS = VaswaniAttentionInterface()
 ATTENTION_FUNCTIONS["sdpa"] = sdpa_with_cpu_decoding_steps  # this instance only: other models keep transformers' own
-
-
-# === The decoder, one position at a time =============================================================================
-
-
-def split_heads(x: torch.Tensor, heads: int) -> torch.Tensor:
-    """[rows, heads * d] -> [rows, heads, 1, d]: one new position's projection, as MultiHeadAttention's heads."""
-    return x.view(x.shape[0], 1, heads, -1).transpose(1, 2)
-
-
-class DecoderStep:
-    """Identical to the decoder stack of Section 3.1 and the pre-softmax linear (VaswaniDecoder with a cache, then
-    `lm_head`) computing the next position of every row, except in how little else a step does: the layers' own
-    modules are called directly, no mask is built and no cache object kept. The keys and values of the positions so
-    far are plain tensors, those of the encoder output are computed once, one row per sentence whose k hypotheses
-    (rows s*k to s*k+k-1) attend together (as `by_sentence`), and Equation 1 is `two_products_attention`.
-
-    For generation_vaswani's search: on CPU the model's forward spent about as long on a step's Python and dispatch
-    (masks, output recording, the cache's bookkeeping) as on its products (docs/performance.md, "Translating real
-    text"). Inference only: the model in eval mode, no gradients.
-    """
-
-    def __init__(self, model, encoder_hidden_states: torch.Tensor, encoder_attention_mask: torch.Tensor | None):
-        self.decoder, self.lm_head = model.get_decoder(), model.get_output_embeddings()
-        self.heads = model.config.num_heads
-        self.position = 0  # of the token each row is given next
-        self.keys: list[torch.Tensor | None] = [None] * len(self.decoder.layers)
-        self.values: list[torch.Tensor | None] = [None] * len(self.decoder.layers)
-        self.cross = [  # keys and values of the encoder output, [sentences, heads, source length, d]
-            (
-                self.project(layer.cross_attn.w_k, encoder_hidden_states),
-                self.project(layer.cross_attn.w_v, encoder_hidden_states),
-            )
-            for layer in self.decoder.layers
-        ]
-        self.cross_mask = (
-            None  # additive, [sentences, 1, 1, source length]: the lowest float where a source is padding
-        )
-        if encoder_attention_mask is not None and not bool(encoder_attention_mask.bool().all()):
-            lowest = torch.finfo(encoder_hidden_states.dtype).min
-            allowed = encoder_attention_mask.bool()[:, None, None, :]
-            self.cross_mask = torch.zeros(allowed.shape, dtype=encoder_hidden_states.dtype, device=allowed.device)
-            self.cross_mask = self.cross_mask.masked_fill(~allowed, lowest)
-
-    def project(self, linear, states: torch.Tensor) -> torch.Tensor:
-        """[sentences, length, d_model] through `linear` -> [sentences, heads, length, d]."""
-        projected = linear(states)
-        return projected.view(*projected.shape[:2], self.heads, -1).transpose(1, 2)
-
-    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
-        """The logits of the next token for each row, [rows, vocabulary], given each row's latest token."""
-        x = self.decoder.embed(tokens[:, None], None, self.position)[:, 0]
-        for index, layer in enumerate(self.decoder.layers):
-            attention = layer.self_attn
-            query = split_heads(attention.w_q(x), self.heads)
-            key, value = split_heads(attention.w_k(x), self.heads), split_heads(attention.w_v(x), self.heads)
-            if self.keys[index] is not None:  # the positions before this one (Section 3.2.3's masking: no later ones)
-                key, value = torch.cat((self.keys[index], key), dim=2), torch.cat((self.values[index], value), dim=2)
-            self.keys[index], self.values[index] = key, value
-            attended, _ = two_products_attention(attention, query, key, value, None, attention.scaling)
-            x = layer.self_attn_sublayer(x, attention.w_o(attended.reshape(x.shape[0], -1)))
-
-            attention = layer.cross_attn
-            cross_keys, cross_values = self.cross[index]
-            query = attention.w_q(x).view(cross_keys.shape[0], -1, self.heads, cross_keys.shape[-1]).transpose(1, 2)
-            attended, _ = two_products_attention(
-                attention, query, cross_keys, cross_values, self.cross_mask, attention.scaling
-            )
-            x = layer.cross_attn_sublayer(x, attention.w_o(attended.reshape(x.shape[0], -1)))
-            x = layer.feed_forward_sublayer(x, layer.feed_forward(x))
-        self.position += 1
-        return self.lm_head(x)
-
-    def reorder(self, rows: torch.Tensor) -> None:
-        """Each row continues the row `rows[i]` (the chosen beams; fewer rows when sentences leave the batch)."""
-        self.keys = [keys.index_select(0, rows) for keys in self.keys]
-        self.values = [values.index_select(0, rows) for values in self.values]
-
-    def select_sentences(self, sentences: torch.Tensor) -> None:
-        """Keeps the encoder side of `sentences` only (their rows are kept by `reorder`)."""
-        self.cross = [(keys[sentences], values[sentences]) for keys, values in self.cross]
-        if self.cross_mask is not None:
-            self.cross_mask = self.cross_mask[sentences]

@@ -13,6 +13,7 @@ import torch
 from helpers.tiny_models import padded_batch, tiny_config, tiny_model
 
 import modeling_vaswani.kernels_vaswani as kernels
+from modeling_vaswani.generation_vaswani import DecoderSteps
 from modeling_vaswani.kernels_vaswani import (
     ATTENTION_FUNCTIONS,
     ONEDNN_LINEAR,
@@ -100,6 +101,12 @@ def test_the_packed_weight_follows_every_change_of_the_weight():
         layer.weight.mul_(-1)
     torch.testing.assert_close(packed_output(), reference(layer, x), rtol=1e-5, atol=1e-5)
     layer.weight = torch.nn.Parameter(torch.randn(24, 16))  # a new tensor altogether
+    torch.testing.assert_close(packed_output(), reference(layer, x), rtol=1e-5, atol=1e-5)
+    packed = layer._packed
+    layer.eval()
+    assert layer._packed is packed  # eval() keeps the copy: translating again does not repack
+    with torch.no_grad():
+        layer.weight.add_(1.0)  # changed after eval(): still caught by the version counter
     torch.testing.assert_close(packed_output(), reference(layer, x), rtol=1e-5, atol=1e-5)
     layer.train()
     assert layer._packed is None  # training drops the copy
@@ -325,52 +332,6 @@ def test_missing_onednn_ops_are_an_error_naming_them(monkeypatch):
         assert Linear(4, 3)(torch.randn(2, 4)).shape == (2, 3)
 
 
-DECODER_STEP_MODELS = {
-    "plain": {},
-    "attention and logits biases": {"attention_bias": True, "final_logits_bias": True},
-    "learned positions": {"position_embedding_type": "learned"},
-    "d_k and d_v not d_model / h": {"d_k": 8, "d_v": 12},
-}
-
-
-@pytest.mark.parametrize("overrides", list(DECODER_STEP_MODELS.values()), ids=list(DECODER_STEP_MODELS))
-def test_the_decoder_step_is_the_decoder_run_on_the_whole_prefix(overrides):
-    """DecoderStep's logits, step by step with its cache reordered and sentences leaving, against the model's own
-    forward over each row's whole prefix and source, no cache at all."""
-    model = tiny_model(seed=7, **overrides)
-    if overrides.get("final_logits_bias"):
-        with torch.no_grad():
-            model.lm_head.bias.normal_()
-    input_ids, attention_mask = padded_batch([5, 9, 3], seed=8)
-    k = 2  # hypotheses a sentence: rows s*k to s*k+k-1 share sentence s's encoder output
-    with torch.no_grad():
-        encoder_output = model.get_encoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-        step = kernels.DecoderStep(model, encoder_output, attention_mask)
-        sentences = torch.arange(3)
-        prefixes = torch.full((3 * k, 1), model.config.decoder_start_token_id)
-        generator = torch.Generator().manual_seed(9)
-        for position in range(6):
-            logits = step(prefixes[:, -1])
-            rows_source = input_ids[sentences].repeat_interleave(k, dim=0)
-            rows_mask = attention_mask[sentences].repeat_interleave(k, dim=0)
-            expected = model(
-                input_ids=rows_source, attention_mask=rows_mask, decoder_input_ids=prefixes, use_cache=False
-            ).logits[:, -1]
-            torch.testing.assert_close(logits, expected, rtol=1e-4, atol=1e-4)
-            # Each row continues a random row of its own sentence, with a random token.
-            within = torch.randint(0, k, (len(sentences), k), generator=generator)
-            rows = (torch.arange(len(sentences))[:, None] * k + within).flatten()
-            step.reorder(rows)
-            tokens = torch.randint(4, model.config.vocab_size, (len(rows), 1), generator=generator)
-            prefixes = torch.cat((prefixes[rows], tokens), dim=1)
-            if position == 2:  # the middle sentence leaves the batch
-                kept = torch.tensor([0, 2])
-                kept_rows = (kept[:, None] * k + torch.arange(k)).flatten()
-                step.reorder(kept_rows)
-                step.select_sentences(kept)
-                sentences, prefixes = sentences[kept], prefixes[kept_rows]
-
-
 @pytest.mark.parametrize(
     "settings",
     [
@@ -381,19 +342,20 @@ def test_the_decoder_step_is_the_decoder_run_on_the_whole_prefix(overrides):
     ],
     ids=["greedy", "beam", "n-best", "beam-capped"],
 )
-def test_paper_decoding_gives_the_same_tokens_with_decoder_steps_as_with_the_models_forward(
+def test_paper_decoding_gives_the_same_tokens_whether_finished_sentences_leave_the_batch_or_not(
     model, batch, settings, monkeypatch
 ):
-    """Without return_dict_in_generate the search runs DecoderStep and lets finished sentences leave the batch; with
-    it, the model's own forward over its cache, every sentence to the end: the same tokens."""
-    steps = []
-    original = kernels.DecoderStep.__call__
+    """Without return_dict_in_generate finished sentences leave the batch (DecoderSteps.select); with it, every
+    sentence is carried to the end: the same tokens."""
+    selected = []
+    original = DecoderSteps.select
     monkeypatch.setattr(
-        kernels.DecoderStep, "__call__", lambda self, tokens: steps.append(1) or original(self, tokens)
+        DecoderSteps, "select", lambda self, kept, k: selected.append(len(kept)) or original(self, kept, k)
     )
-    fast = model.generate(**batch, paper_decoding=True, **settings)
-    assert steps, "the search should have run DecoderStep"
-    steps.clear()
-    plain = model.generate(**batch, paper_decoding=True, return_dict_in_generate=True, **settings).sequences
-    assert not steps
-    assert torch.equal(fast, plain)
+    shrinking = model.generate(**batch, paper_decoding=True, **settings)
+    # Capped at 7 tokens, the sentences reach the cap together; otherwise some finish first and leave.
+    assert bool(selected) == ("max_new_tokens" not in settings), selected
+    selected.clear()
+    full = model.generate(**batch, paper_decoding=True, return_dict_in_generate=True, **settings).sequences
+    assert not selected
+    assert torch.equal(shrinking, full)
