@@ -35,6 +35,11 @@ def missing_ops(names=("_linear_pointwise", "_reorder_linear_weight")) -> list[s
 
 MISSING_ONEDNN_OPS = missing_ops() if ONEDNN_LINEAR else []
 
+# Training's products go through oneDNN only where the CPU has AVX-512: there it made training 1.45x MarianMT's
+# (2026-11-21); on an AVX2 EPYC MKL's were 12-18% faster in training, while inference still gained (2026-11-24,
+# docs/performance.md). torch.backends.cpu.get_cpu_capability() names the kernels torch itself dispatches to.
+ONEDNN_TRAINING = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x W^T + b for a 2-D x, through oneDNN; `weight` may be prepacked, or any strided [out x in] matrix."""
@@ -73,7 +78,8 @@ class Linear(nn.Linear):
     on CPU, forward and backward, calls MKL's sgemm, which takes its slow code paths on non-Intel CPUs (half oneDNN's
     rate on an AMD EPYC); transformers' hub kernels (`use_kernel_forward_from_hub`) swap forwards only under
     `from_pretrained(use_kernels=True)` and with the `kernels` package, so the default would lose the speed.
-    With gradients the weight is used as stored (it changes every step). Without, a packed copy (the weight's size
+    With gradients the weight is used as stored (it changes every step), and only on CPUs with AVX-512
+    (`ONEDNN_TRAINING`; elsewhere nn.Linear's MKL products train faster). Without, a packed copy (the weight's size
     again in memory) is made on the first call and again whenever the weight changes: its version counter moves with
     every in-place update (optimizer step, load_state_dict); train() drops it, eval() keeps it. Results equal
     nn.Linear's up to float32 rounding (another order of summation). Other dtypes, devices, autocast, tensor
@@ -88,6 +94,8 @@ class Linear(nn.Linear):
         if not self._through_onednn(x, weight):
             return nn.functional.linear(x, weight, self.bias)
         rows = x.reshape(-1, x.shape[-1])
+        if torch.is_grad_enabled() and not ONEDNN_TRAINING:
+            return nn.functional.linear(x, weight, self.bias)
         if torch.is_grad_enabled():
             output = OneDNNLinearFunction.apply(rows, weight, self.bias)
         else:

@@ -44,7 +44,8 @@ def test_packed_linear_is_nn_linear_up_to_rounding():
 
 @needs_onednn
 @pytest.mark.parametrize("bias", [True, False])
-def test_gradients_through_onednn_are_nn_linears_up_to_rounding(bias):
+def test_gradients_through_onednn_are_nn_linears_up_to_rounding(bias, monkeypatch):
+    monkeypatch.setattr(kernels, "ONEDNN_TRAINING", True)  # the AVX-512 path, tested on every host
     torch.manual_seed(0)
     layer = Linear(48, 80, bias=bias)
     x = torch.randn(3, 7, 48, requires_grad=True)
@@ -76,6 +77,24 @@ def test_switched_off_or_under_autocast_it_is_nn_linear_exactly():
             assert torch.equal(layer(x), reference(layer, x)) and layer._packed is None
     with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
         assert layer(x).dtype == torch.bfloat16 and layer._packed is None  # autocast decides, as for nn.Linear
+
+
+@needs_onednn
+@pytest.mark.parametrize("onednn_training", [True, False])
+def test_training_products_go_through_onednn_only_where_chosen(onednn_training, monkeypatch):
+    """With gradients, oneDNN's autograd function where ONEDNN_TRAINING (AVX-512 CPUs), nn.Linear's elsewhere."""
+    monkeypatch.setattr(kernels, "ONEDNN_TRAINING", onednn_training)
+    applied = []
+    original = kernels.OneDNNLinearFunction.apply
+    monkeypatch.setattr(kernels.OneDNNLinearFunction, "apply", lambda *args: applied.append(1) or original(*args))
+    torch.manual_seed(0)
+    layer, x = Linear(16, 24), torch.randn(2, 3, 16, requires_grad=True)
+    layer(x).sum().backward()
+    assert bool(applied) == onednn_training
+    assert x.grad.shape == x.shape and layer.weight.grad.shape == layer.weight.shape
+    assert kernels.ONEDNN_TRAINING == onednn_training
+    monkeypatch.undo()
+    assert kernels.ONEDNN_TRAINING == torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 
 
 @needs_onednn
