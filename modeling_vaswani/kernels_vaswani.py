@@ -91,11 +91,9 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
-        if not self._through_onednn(x, weight):
+        if not self._through_onednn(x, weight) or (torch.is_grad_enabled() and not ONEDNN_TRAINING):
             return nn.functional.linear(x, weight, self.bias)
         rows = x.reshape(-1, x.shape[-1])
-        if torch.is_grad_enabled() and not ONEDNN_TRAINING:
-            return nn.functional.linear(x, weight, self.bias)
         if torch.is_grad_enabled():
             output = OneDNNLinearFunction.apply(rows, weight, self.bias)
         else:
