@@ -17,7 +17,7 @@ import numbers
 
 import torch
 from torch import nn
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.generation import (
     GenerateBeamEncoderDecoderOutput,
@@ -25,6 +25,7 @@ from transformers.generation import (
     GenerationConfig,
     GenerationMixin,
     GenerationMode,
+    LogitsProcessor,
     LogitsProcessorList,
     PrefixConstrainedLogitsProcessor,
     StoppingCriteria,
@@ -95,6 +96,33 @@ class MaxLengthPerSentence(StoppingCriteria):
         return input_ids.shape[1] >= limits
 
 
+class TargetPrefix(LogitsProcessor):
+    """Each sentence's translation starts with given tokens (CTranslate2's `target_prefix`, fairseq's prefix
+    decoding): while a sentence's prefix lasts, every token but the prefix's next one is ruled out (-inf), and that one
+    keeps its log-probability, so a hypothesis scores log P(prefix and the rest | X) as `vaswani-score` does."""
+
+    def __init__(self, prefixes: list[list[int]], device: torch.device):
+        longest = max(map(len, prefixes), default=0)
+        self.tokens = torch.tensor([p + [0] * (longest - len(p)) for p in prefixes], dtype=torch.long, device=device)
+        self.lengths = torch.tensor([len(p) for p in prefixes], device=device)
+        self.start = None  # the decoder's start length, read at the first step
+
+    def select(self, sentences: torch.Tensor) -> None:
+        """Keeps the prefixes of `sentences` only, as the search's batch shrinks to them."""
+        self.tokens, self.lengths = self.tokens[sentences], self.lengths[sentences]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.start = input_ids.shape[1] if self.start is None else self.start
+        step = input_ids.shape[1] - self.start
+        if step >= self.tokens.shape[1]:
+            return scores
+        rows_per_sentence = input_ids.shape[0] // self.tokens.shape[0]  # beams (or returned sequences)
+        forced = (self.lengths > step).repeat_interleave(rows_per_sentence)[:, None]
+        token = self.tokens[:, step].repeat_interleave(rows_per_sentence)[:, None]
+        only = torch.full_like(scores, -math.inf).scatter(1, token, scores.gather(1, token))
+        return torch.where(forced, only, scores)
+
+
 def check_no_empty_rows(attention_mask: torch.Tensor) -> None:
     """Refuses a source row that is all padding: the decoder would attend over nothing and still write a fluent
     sentence, a translation of no input."""
@@ -106,6 +134,7 @@ def check_no_empty_rows(attention_mask: torch.Tensor) -> None:
         )
 
 
+TRANSFORMERS_MAX_LENGTH = 20  # generate()'s max_length where neither the call nor a generation config sets one
 # The generate() settings check_generate_inputs checks, with transformers' defaults where no config sets them.
 CHECKED_SETTINGS = {
     "num_beams": 1,
@@ -211,6 +240,58 @@ def check_generate_inputs(
     if attention_mask is not None:
         check_no_empty_rows(attention_mask)
     return settings
+
+
+def check_target_prefix(target_prefix, vocab_size: int, room: list[int]) -> list[list[int]]:
+    """Refuses a `target_prefix` that is not one list of token ids per sentence (empty for none), or a prefix that
+    leaves no room to go on within its sentence's `room` of new tokens (its output would be the prefix, cut)."""
+    if not isinstance(target_prefix, (list, tuple)) or len(target_prefix) != len(room):
+        shown = f"{len(target_prefix)} entries" if isinstance(target_prefix, (list, tuple)) else repr(target_prefix)
+        raise ValueError(
+            f"target_prefix has {shown}; expected a list of {len(room)} lists of token ids, one per sentence (an "
+            "empty list for a sentence without one)"
+        )
+    for number, (prefix, limit) in enumerate(zip(target_prefix, room, strict=True)):
+        if not isinstance(prefix, (list, tuple)) or not all(is_int(t) and 0 <= t < vocab_size for t in prefix):
+            raise ValueError(
+                f"target_prefix[{number}] is {prefix!r}; expected a list of token ids from 0 to {vocab_size - 1}"
+            )
+        if len(prefix) >= limit:
+            raise ValueError(
+                f"target_prefix[{number}] has {len(prefix)} tokens and sentence {number} may generate {limit}; "
+                "expected a shorter prefix, leaving room for the rest of the translation"
+            )
+    return [list(prefix) for prefix in target_prefix]
+
+
+def check_ensemble(model, ensemble, paper_decoding: bool) -> tuple:
+    """The other models of an ensemble, refused unless the paper's decoding (this package's own loop) runs them and
+    they read and write the same token ids as `model` (a vocabulary of the same size and the same special ids; the
+    commands also check that the tokenizers are the same)."""
+    if ensemble is None:
+        return ()
+    if not paper_decoding:
+        raise ValueError("ensemble needs paper_decoding=True: transformers' own searches decode one model")
+    if not isinstance(ensemble, (list, tuple)) or not ensemble:
+        raise ValueError(f"ensemble={ensemble!r}; expected a non-empty list of the other models")
+    for number, member in enumerate(ensemble):
+        for name in ("vocab_size", "pad_token_id", "eos_token_id", "decoder_start_token_id"):
+            ours, theirs = getattr(model.config, name), getattr(getattr(member, "config", None), name, None)
+            if ours != theirs:
+                raise ValueError(
+                    f"ensemble[{number}] has {name} {theirs!r}, this model {ours!r}; expected models that share a "
+                    "vocabulary"
+                )
+        if member.device != model.device:
+            raise ValueError(f"ensemble[{number}] is on {member.device}, this model on {model.device}; expected one")
+    return tuple(ensemble)
+
+
+def with_target_prefix(kwargs: dict, target_prefix: list[list[int]], device: torch.device) -> None:
+    """generate()'s logits processors, `TargetPrefix` added."""
+    processors = LogitsProcessorList(kwargs.get("logits_processor") or [])
+    processors.append(TargetPrefix(target_prefix, device))
+    kwargs["logits_processor"] = processors
 
 
 def paper_generation_config(config) -> GenerationConfig:
@@ -330,6 +411,45 @@ class DecoderSteps:
             self.cache.self_attention_cache.reorder_cache(beam_idx)
 
 
+class EnsembleSteps:
+    """Several models decoding as one (an ensemble, as fairseq, Marian, OpenNMT and Sockeye decode): each its own
+    `DecoderSteps` over the same hypotheses; at each step their next-token log-probabilities are averaged (Marian's
+    way; fairseq averages probabilities), and the search ranks the average, renormalized, as one model's."""
+
+    def __init__(self, members: list[DecoderSteps]):
+        self.members = members
+        self.encoder_outputs = members[0].encoder_outputs  # what `return_dict_in_generate` reports: the first's
+
+    @classmethod
+    def of(cls, first: DecoderSteps, others: list, source: torch.Tensor, attention_mask: torch.Tensor | None):
+        """`first`, and a `DecoderSteps` for each model of `others` with its own encoding of `source`."""
+        members = [first]
+        for model in others:
+            encoded = model.get_encoder()(input_ids=source, attention_mask=attention_mask, return_dict=True)
+            cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+            kwargs = {"encoder_outputs": encoded, "attention_mask": attention_mask, CACHE: cache}
+            members.append(DecoderSteps(model, source.shape[0], kwargs))
+        return cls(members)
+
+    @property
+    def cache(self):
+        return self.members[0].cache
+
+    def __call__(self, sequences: torch.LongTensor):
+        outputs = [member(sequences) for member in self.members]
+        log_probs = [output.logits[:, -1:].float().log_softmax(dim=-1) for output in outputs]
+        outputs[0].logits = torch.stack(log_probs).mean(dim=0)
+        return outputs[0]
+
+    def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
+        for member in self.members:
+            member.select(sentences, rows_per_sentence)
+
+    def reorder(self, beam_idx: torch.Tensor) -> None:
+        for member in self.members:
+            member.reorder(beam_idx)
+
+
 class Recorder:
     """What `return_dict_in_generate` asks for, step by step (as transformers' own searches record it)."""
 
@@ -398,6 +518,8 @@ def paper_search(
     *,
     synced_gpus: bool = False,
     streamer=None,
+    ensemble: tuple = (),
+    source: tuple = (None, None),
     **model_kwargs,
 ):
     """Section 6.1's search, as `generate(custom_generate=paper_search)` calls it (`generate(paper_decoding=True)`
@@ -405,7 +527,8 @@ def paper_search(
 
     `input_ids` holds the decoder's start of every hypothesis, k rows per sentence (k = `num_beams`, or the returned
     sequences per sentence for one beam); `model_kwargs` holds generate()'s encoder output and cache. With one beam the
-    search is greedy (or sampling), one hypothesis per row; with more it is `beam_search`.
+    search is greedy (or sampling), one hypothesis per row; with more it is `beam_search`. `ensemble`: other models
+    decoding with this one (`EnsembleSteps`), each encoding `source` (input_ids, attention_mask) itself.
     """
     mode = generation_config.get_generation_mode()
     if mode not in SEARCHES:
@@ -419,6 +542,8 @@ def paper_search(
             f"paper_decoding: {input_ids.shape[0]} decoder rows; expected a multiple of {k} (k per sentence)"
         )
     steps = DecoderSteps(model, input_ids.shape[0] // k, model_kwargs)
+    if ensemble:
+        steps = EnsembleSteps.of(steps, list(ensemble), *source)
     recorder = Recorder(generation_config, steps.encoder_outputs)
     shrinks = may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus, streamer)
     if generation_config.num_beams > 1:
@@ -440,14 +565,16 @@ def may_shrink(generation_config, logits_processor, stopping_criteria, synced_gp
     it compute only the sentences still searching. Its result is final by then, so no token changes; but a row's
     place in the batch changes, and only what is known not to depend on it may see the batch shrink: transformers'
     own logits processors and stopping criteria (but `prefix_allowed_tokens_fn`'s, which reads a row's sentence
-    from its place) and this module's length limit. Not under `return_dict_in_generate` (per-step scores, logits,
-    attentions, hidden states and the returned cache hold every row), when streaming, or when stepping in lockstep
-    with other processes."""
+    from its place) and this module's length limit and target prefixes. Not under `return_dict_in_generate`
+    (per-step scores, logits, attentions, hidden states and the returned cache hold every row), when streaming, or
+    when stepping in lockstep with other processes."""
     if generation_config.return_dict_in_generate or synced_gpus or streamer is not None:
         return False
     known = "transformers.generation."
+    reads_place = PrefixConstrainedLogitsProcessor
     return all(
-        type(processor).__module__.startswith(known) and not isinstance(processor, PrefixConstrainedLogitsProcessor)
+        isinstance(processor, TargetPrefix)
+        or (type(processor).__module__.startswith(known) and not isinstance(processor, reads_place))
         for processor in logits_processor
     ) and all(
         isinstance(criteria, MaxLengthPerSentence) or type(criteria).__module__.startswith(known)
@@ -461,11 +588,12 @@ def sentence_rows(sentences: torch.Tensor, rows_per_sentence: int) -> torch.Tens
     return (sentences[:, None] * rows_per_sentence + offsets).flatten()
 
 
-def leave_batch(kept: torch.Tensor, rows_per_sentence: int, steps, stopping_criteria) -> None:
-    """Shrinks the model's state and the length limits to the sentences `kept` (indices into the batch as it is)."""
+def leave_batch(kept: torch.Tensor, rows_per_sentence: int, steps, stopping_criteria, logits_processor) -> None:
+    """Shrinks the model's state, the length limits and the target prefixes to the sentences `kept` (indices into
+    the batch as it is)."""
     steps.select(kept, rows_per_sentence)
-    for criteria in stopping_criteria:
-        if isinstance(criteria, MaxLengthPerSentence):
+    for criteria in (*stopping_criteria, *logits_processor):
+        if isinstance(criteria, (MaxLengthPerSentence, TargetPrefix)):
             criteria.select(kept)
 
 
@@ -514,7 +642,7 @@ def greedy_search(
             leaving = sentence_rows(over.nonzero().flatten(), rows_per_sentence)
             output[sentence_rows(active[over], rows_per_sentence), : input_ids.shape[1]] = input_ids[leaving]
             kept = (~over).nonzero().flatten()
-            leave_batch(kept, rows_per_sentence, steps, stopping_criteria)
+            leave_batch(kept, rows_per_sentence, steps, stopping_criteria, logits_processor)
             rows = sentence_rows(kept, rows_per_sentence)
             active, input_ids, unfinished = active[kept], input_ids[rows], unfinished[rows]
     if streamer is not None:
@@ -650,7 +778,7 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
         done = len(kept) == 0
         if done:
             break
-        leave_batch(kept, k, steps, stopping_criteria)
+        leave_batch(kept, k, steps, stopping_criteria, logits_processor)
         active = active[kept]
         running, running_scores, running_origins = running[kept], running_scores[kept], running_origins[kept]
         finished, finished_scores, finished_origins = finished[kept], finished_scores[kept], finished_origins[kept]
@@ -709,6 +837,12 @@ class VaswaniGenerationMixin(GenerationMixin):
         `attention_mask`, or its ids against the pad id, all zero), `num_beams` or `num_return_sequences` under 1 (or
         more sequences than beams), a length penalty that is not finite (or negative under `paper_decoding`), and
         `max_length` under 2 or `max_new_tokens` under 1.
+
+        `ensemble` (with `paper_decoding`): other models that share this one's vocabulary, decoding with it, their
+        next-token log-probabilities averaged at every step (`EnsembleSteps`).
+
+        `target_prefix` (both modes): one list of token ids per sentence (empty for none) that its translation starts
+        with (`TargetPrefix`); refused where it is not that, or leaves no room within the sentence's length limit.
         """
         input_ids = kwargs.get("input_ids", kwargs.get("inputs", args[0] if args else None))
         attention_mask = kwargs.get("attention_mask")
@@ -718,7 +852,14 @@ class VaswaniGenerationMixin(GenerationMixin):
         )
         if attention_mask is None and input_ids is not None and self.config.pad_token_id is not None:
             attention_mask = input_ids.ne(self.config.pad_token_id)
+        target_prefix = kwargs.pop("target_prefix", None)
+        ensemble = check_ensemble(self, kwargs.pop("ensemble", None), paper_decoding)
         if not paper_decoding:
+            if target_prefix is not None:
+                new_tokens = settings["max_new_tokens"] or (settings["max_length"] or TRANSFORMERS_MAX_LENGTH) - 1
+                room = [new_tokens] * (len(input_ids) if input_ids is not None else len(target_prefix))
+                prefixes = check_target_prefix(target_prefix, self.config.vocab_size, room)
+                with_target_prefix(kwargs, prefixes, self.device)
             return super().generate(*args, **kwargs)
         if input_ids is None:
             raise ValueError("paper_decoding needs input_ids to know each sentence's length")
@@ -729,6 +870,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         limits = sentence_limits(
             self.config, attention_mask, kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)
         )
+        if target_prefix is not None:
+            prefixes = check_target_prefix(target_prefix, self.config.vocab_size, (limits - 1).tolist())
+            with_target_prefix(kwargs, prefixes, self.device)
 
         kwargs.pop("length_penalty", None)
         kwargs["num_beams"] = settings["num_beams"]
@@ -742,6 +886,8 @@ class VaswaniGenerationMixin(GenerationMixin):
             paper_search,
             synced_gpus=default_synced_gpus(self) if synced_gpus is None else synced_gpus,
             streamer=kwargs.get("streamer"),
+            ensemble=ensemble,
+            source=(input_ids, attention_mask),
         )
         return super().generate(
             *args, max_new_tokens=int(limits.max()) - 1, stopping_criteria=criteria, custom_generate=search, **kwargs

@@ -16,7 +16,8 @@ class VaswaniTranslationPipeline(Pipeline):
     text, in order (a list of dicts per text with `num_return_sequences` > 1). `batch_size=N` (at creation or per call)
     translates N texts per `generate()` call. Decoding is the paper's (Section 6.1: beam 4, GNMT length penalty 0.6,
     at most input length + 50 tokens) unless `paper_decoding=False`; other `generate()` arguments (`num_beams`,
-    `length_penalty`, `max_new_tokens` without the paper's decoding, ...) pass through.
+    `length_penalty`, `max_new_tokens` without the paper's decoding, ...) pass through. `target_prefix="Ein Mann"`
+    makes every translation of the call start with that text's tokens (generate()'s `target_prefix`).
 
     An empty text, or one of more tokens (`</s>` included) than `max_input_tokens` (by default the model's
     `max_position_embeddings`, the commands' default limit), is refused with a ValueError before any translating:
@@ -42,7 +43,7 @@ class VaswaniTranslationPipeline(Pipeline):
             return [result[0] for result in results]
         return results
 
-    def _sanitize_parameters(self, paper_decoding=None, max_input_tokens=None, **generate_kwargs):
+    def _sanitize_parameters(self, paper_decoding=None, max_input_tokens=None, target_prefix=None, **generate_kwargs):
         preprocess_params = {}
         if max_input_tokens is not None:
             if not isinstance(max_input_tokens, int) or isinstance(max_input_tokens, bool) or max_input_tokens < 1:
@@ -51,6 +52,10 @@ class VaswaniTranslationPipeline(Pipeline):
         forward_params = dict(generate_kwargs)
         if paper_decoding is not None:
             forward_params["paper_decoding"] = paper_decoding
+        if target_prefix is not None:
+            if not isinstance(target_prefix, str):
+                raise ValueError(f"target_prefix={target_prefix!r}; expected a str, the start of every translation")
+            forward_params["target_prefix"] = self.tokenizer(text_target=target_prefix, add_special_tokens=False)
         return preprocess_params, forward_params, {}
 
     def preprocess(self, text, max_input_tokens=None):
@@ -68,10 +73,12 @@ class VaswaniTranslationPipeline(Pipeline):
             )
         return model_inputs
 
-    def _forward(self, model_inputs, paper_decoding=True, **generate_kwargs):
+    def _forward(self, model_inputs, paper_decoding=True, target_prefix=None, **generate_kwargs):
+        texts = model_inputs["input_ids"].shape[0]
+        if target_prefix is not None:
+            generate_kwargs["target_prefix"] = [target_prefix["input_ids"]] * texts
         output_ids = self.model.generate(**model_inputs, paper_decoding=paper_decoding, **generate_kwargs)
         # (texts, sequences per text, length): the pipeline's iterator hands postprocess one text at a time.
-        texts = model_inputs["input_ids"].shape[0]
         return {"output_ids": output_ids.reshape(texts, -1, output_ids.shape[-1])}
 
     def postprocess(self, model_outputs):

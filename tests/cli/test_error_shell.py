@@ -26,9 +26,9 @@ FAILING = textwrap.dedent(
     """
     import sys
     from modeling_vaswani.toolkit.cli import translate
-    def load_translator(*args, **kwargs):
+    def load_ensemble(*args, **kwargs):
         {failure}
-    translate.load_translator = load_translator
+    translate.load_ensemble = load_ensemble
     translate.main(["any/model"])
     """
 )

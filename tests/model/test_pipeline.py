@@ -91,3 +91,15 @@ def test_generate_options_given_at_creation_apply_to_every_call(checkpoint):
     longer = generated_texts(checkpoint, SENTENCES[:1], paper_decoding=False, num_beams=1, max_new_tokens=7)
     assert longer != expected, "the two caps must translate differently for the test to mean anything"
     assert capped(SENTENCES[0], max_new_tokens=7) == [{"translation_text": longer[0]}]
+
+
+def test_a_target_prefix_starts_every_translation_of_the_call(translator, checkpoint):
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    prefix = tokenizer(text_target="Ein Mann", add_special_tokens=False)["input_ids"]
+    expected = generated_texts(checkpoint, SENTENCES[:2], paper_decoding=True, target_prefix=[prefix, prefix])
+    assert translator(SENTENCES[:2], batch_size=2, target_prefix="Ein Mann") == [
+        {"translation_text": text} for text in expected
+    ]
+    assert all(text.startswith("Ein Mann") for text in expected), expected
+    with pytest.raises(ValueError, match="target_prefix=3; expected a str"):
+        translator(SENTENCES[0], target_prefix=3)

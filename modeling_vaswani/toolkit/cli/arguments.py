@@ -2,6 +2,7 @@
 starts (input read as training data is: split on "\n" only, UTF-8)."""
 
 import argparse
+import io
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -30,6 +31,29 @@ def read_input(path: str | Path | None) -> list[str]:
     if not lines:
         raise ValueError(f"{name} is empty; expected one sentence per line")
     return lines
+
+
+def utf8_stdout():
+    """Standard output in UTF-8 as the input is read, whatever the locale (whose codec could fail on a word once all
+    the work is done)."""
+    if isinstance(sys.stdout, io.TextIOWrapper):
+        sys.stdout.reconfigure(encoding="utf-8")
+    return sys.stdout
+
+
+def add_batch_arguments(
+    parser: argparse.ArgumentParser, what: str = "sentences", tokens: str = "source tokens"
+) -> None:
+    """--batch_size and --max_tokens, as translating, evaluating and scoring take them."""
+    parser.add_argument(
+        "--batch_size", type=positive_int, help=f"{what} per batch (default: 64 unless --max_tokens is given)"
+    )
+    parser.add_argument(
+        "--max_tokens",
+        type=positive_int,
+        help=f"padded {tokens} per batch, {what} sorted by length (output in input order); with --batch_size, "
+        "both limits",
+    )
 
 
 def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:

@@ -2,33 +2,60 @@
 
 vaswani-translate runs/small/averaged --input sentences.en --output sentences.de
 echo "A man rides a bike." | vaswani-translate runs/small/averaged
+vaswani-translate runs/small/averaged          # type a sentence: its translation comes back at once
 vaswani-translate runs/small/ct2 --input sentences.en       # a vaswani-export-ctranslate2 folder, run by CTranslate2
+vaswani-translate runs/a/averaged runs/b/averaged --input sentences.en   # an ensemble of two models
 
 Input is UTF-8 text, one sentence a line, split on "\\n" only as training data is. Refused before any sentence is
 translated: bad counts, an --output that cannot be written (or is the input), a model folder that does not exist or
 whose weights are damaged, input that is empty, not UTF-8 or binary, an empty line, and a sentence longer than
 --max_input_tokens.
+
+From a pipe or a terminal (no --input, --output or --target_prefix), lines are translated as they arrive: those that
+came in together as one batch, each answered before more input is read (a bad line ends the run there, the lines
+before it answered). A file given with --input, or redirected with <, is read whole and batched by length.
+
+--nbest N writes N lines a sentence, best first, Moses style: the sentence's number from 0, its translation and the
+score the beam search ranked it by, log P(Y|X) / lp(Y) (natural logarithm; |Y| counts </s>): under the paper's
+decoding Section 6.1's lp(Y) = ((5 + |Y|) / 6)^alpha, with --no_paper_decoding transformers' |Y|^alpha. Times lp(Y) it
+is the log P(Y|X) vaswani-score gives the same translation.
 """
 
 import argparse
-import io
+import os
+import stat
 import sys
 
-from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
+from ..data.corpora import iter_arrived_lines, iter_text_lines
+from ..evaluation.translate import InputError, input_token_limit, translate, translate_nbest, write_lines
 from ..outputs import atomic_text
 from ..runtime import apply_process_settings
-from ..serving.engines import ENGINES, load_translator
-from .arguments import check_output_path, positive_int, read_input
+from ..serving.engines import ENGINES, load_ensemble
+from .arguments import add_batch_arguments, check_output_path, positive_int, read_input, utf8_stdout
 from .shell import command
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer), or an exported folder")
+    parser.add_argument(
+        "model",
+        nargs="+",
+        help="checkpoint folder or Hub id (with its tokenizer), or an exported folder; several checkpoints that share "
+        "a tokenizer decode as an ensemble (their log-probabilities averaged at each step)",
+    )
     parser.add_argument("--input", help="text file, one sentence a line (default: standard input)")
     parser.add_argument("--output", help="where to write the translations (default: standard output)")
-    parser.add_argument("--batch_size", type=positive_int, default=64, help="sentences per batch")
+    add_batch_arguments(parser)
     parser.add_argument("--num_beams", type=positive_int, help="beam size (default: the checkpoint's, 4)")
+    parser.add_argument(
+        "--nbest",
+        type=positive_int,
+        help="write the N best hypotheses a sentence, Moses style: 'id ||| translation ||| score' (see --help's end)",
+    )
+    parser.add_argument(
+        "--target_prefix",
+        help="a file of one prefix a line (empty for none): each translation starts with its line's prefix",
+    )
     parser.add_argument("--no_paper_decoding", action="store_true", help="transformers' own length penalty and limit")
     parser.add_argument("--max_new_tokens", type=positive_int, help="the output length limit (lowers the paper's)")
     parser.add_argument(
@@ -41,7 +68,10 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     )
     parser.add_argument("--revision", help="a Hub branch, tag or commit")
     parser.add_argument("--trust_remote_code", action="store_true", help="load the model's code from the checkpoint")
-    return parser, parser.parse_args(argv)
+    arguments = parser.parse_args(argv)
+    if len(arguments.model) > 1 and arguments.no_paper_decoding:
+        parser.error("an ensemble (several models) decodes with the paper's decoding; drop --no_paper_decoding")
+    return parser, arguments
 
 
 @command("vaswani-translate")
@@ -49,41 +79,91 @@ def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     if arguments.output:
-        check_output_path(arguments.output, [arguments.input])
-    model, tokenizer = load_translator(
-        arguments.model,
-        revision=arguments.revision,
-        trust_remote_code=arguments.trust_remote_code,
-        engine=arguments.engine,
-    )
+        check_output_path(arguments.output, [arguments.input, arguments.target_prefix])
+    model, tokenizer, others = load_ensemble(
+        arguments.model, arguments.revision, arguments.trust_remote_code, arguments.engine
+    )  # fmt: skip
     limit = input_token_limit(model, arguments.max_input_tokens)
-    sentences = read_input(arguments.input)  # after the model: standard input is read once, and may wait
     generate_kwargs = {k: v for k in ("num_beams", "max_new_tokens") if (v := getattr(arguments, k)) is not None}
-    try:
-        translations = translate(
-            model,
-            tokenizer,
-            sentences,
-            batch_size=arguments.batch_size,
-            paper_decoding=not arguments.no_paper_decoding,
-            max_input_tokens=limit,
-            **generate_kwargs,
+    if others:
+        generate_kwargs["ensemble"] = others
+    settings = {
+        "batch_size": arguments.batch_size,
+        "max_tokens": arguments.max_tokens,
+        "paper_decoding": not arguments.no_paper_decoding,
+        "max_input_tokens": limit,
+        **generate_kwargs,
+    }
+
+    def render(sentences: list[str], first: int = 0, prefixes: list[str] | None = None, progress: bool = True):
+        """The output lines for `sentences`, numbered from `first` in n-best lists."""
+        if not arguments.nbest:
+            return translate(model, tokenizer, sentences, target_prefixes=prefixes, progress=progress, **settings)
+        lists = translate_nbest(
+            model, tokenizer, sentences, arguments.nbest, target_prefixes=prefixes, progress=progress, **settings
         )
+        return [
+            f"{first + i} ||| {h.text} ||| {h.score:.4f}" for i, hypotheses in enumerate(lists) for h in hypotheses
+        ]
+
+    if arguments.input is None and arguments.output is None and arguments.target_prefix is None and is_stream(0):
+        stream(render)
+        return
+    sentences = read_input(arguments.input)  # after the model: standard input is read once, and may wait
+    prefixes = read_prefixes(arguments.target_prefix, len(sentences))
+    try:
+        lines = render(sentences, prefixes=prefixes)
     except InputError as error:
         raise InputError(f"{arguments.input or 'standard input'}, one sentence a line: {error}") from None
-    write(translations, arguments.output)
+    write(lines, arguments.output)
+
+
+def is_stream(fd: int) -> bool:
+    """Whether `fd` is a pipe, a socket or a terminal (input that arrives over time), not a file read at once."""
+    mode = os.fstat(fd).st_mode
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
+
+
+def stream(render) -> None:
+    """Translates standard input as it arrives (a pipe, a terminal): the lines that have come in, as one batch, are
+    written and flushed before more are read. A bad line (empty, over the limits) ends the run with its error after
+    the lines before it have been answered."""
+    output, lines_read = utf8_stdout(), 0
+    for group in iter_arrived_lines(sys.stdin.fileno(), "standard input"):
+        first = group[0][0]
+        try:
+            lines = render([text for _, text in group], first=first - 1, progress=False)
+        except InputError as error:
+            counted = "" if first == 1 else f", counting from line {first}"
+            raise InputError(f"standard input, one sentence a line{counted}: {error}") from None
+        write_lines(lines, output)
+        output.flush()
+        lines_read = group[-1][0]
+    if not lines_read:
+        raise ValueError("standard input is empty; expected one sentence per line")
+
+
+def read_prefixes(path: str | None, sentences: int) -> list[str] | None:
+    """The lines of the --target_prefix file, one per input sentence (an empty line: no prefix)."""
+    if path is None:
+        return None
+    prefixes = [text for _, text in iter_text_lines(path)]
+    if len(prefixes) != sentences:
+        raise ValueError(
+            f"--target_prefix {path} has {len(prefixes)} lines; expected {sentences}, one per input sentence (an "
+            "empty line for none)"
+        )
+    return prefixes
 
 
 def write(translations: list[str], output: str | None) -> None:
-    """To `output` (atomically: an earlier file stays whole until the new one is complete), else to standard output,
-    in UTF-8 as the input is read, whatever the locale (whose codec could fail on a word once all the work is done)."""
+    """To `output` (atomically: an earlier file stays whole until the new one is complete), else to standard output
+    (in UTF-8)."""
     if output:
         with atomic_text(output) as target:
             write_lines(translations, target)
         return
-    if isinstance(sys.stdout, io.TextIOWrapper):
-        sys.stdout.reconfigure(encoding="utf-8")
-    write_lines(translations, sys.stdout)
+    write_lines(translations, utf8_stdout())
 
 
 if __name__ == "__main__":  # python -m modeling_vaswani.toolkit.cli.translate, as under accelerate launch -m

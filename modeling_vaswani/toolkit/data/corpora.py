@@ -13,6 +13,7 @@ from __future__ import annotations
 import gzip
 import json
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from itertools import zip_longest
@@ -61,16 +62,39 @@ def iter_stream_lines(stream: BinaryIO, name: object) -> Iterator[tuple[int, str
     holds but binary data and UTF-16 do, raise a ValueError naming `name` and the line.
     """
     for number, raw in enumerate(stream, start=1):
-        try:
-            text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as error:
-            raise ValueError(
-                f"{name}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line); "
-                "expected UTF-8 text"
-            ) from None
-        if "\0" in text:
-            raise ValueError(f"{name}, line {number}: holds a NUL character; expected UTF-8 text (binary or UTF-16?)")
-        yield number, text.removesuffix("\n").removesuffix("\r")
+        yield number, decode_line(raw, number, name)
+
+
+def decode_line(raw: bytes, number: int, name: object) -> str:
+    """Line `number` of `name` as text, as `iter_stream_lines` decodes it."""
+    try:
+        text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(
+            f"{name}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line); "
+            "expected UTF-8 text"
+        ) from None
+    if "\0" in text:
+        raise ValueError(f"{name}, line {number}: holds a NUL character; expected UTF-8 text (binary or UTF-16?)")
+    return text.removesuffix("\n").removesuffix("\r")
+
+
+def iter_arrived_lines(fd: int, name: object, chunk: int = 1 << 16) -> Iterator[list[tuple[int, str]]]:
+    """The lines of the file descriptor `fd` (a pipe, a terminal) in groups, each group as soon as it has arrived:
+    whatever complete lines one read returns, so that a program reading them answers each line without waiting for
+    the end of its input. Decoded and checked as `iter_stream_lines` does; a last line without "\\n" comes at the
+    end. Written by hand: Python's line iterators read ahead, and would wait for more input before returning."""
+    pending, number = b"", 0
+    while data := os.read(fd, chunk):
+        *complete, pending = (pending + data).split(b"\n")
+        group = []
+        for raw in complete:
+            number += 1
+            group.append((number, decode_line(raw, number, name)))
+        if group:
+            yield group
+    if pending:
+        yield [(number + 1, decode_line(pending, number + 1, name))]
 
 
 def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:

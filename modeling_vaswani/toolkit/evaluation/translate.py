@@ -2,11 +2,14 @@
 length, with the checks every translating caller makes before any work starts."""
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TextIO
 
 import torch
 from tqdm.auto import tqdm
+
+from ...generation_vaswani import TRANSFORMERS_MAX_LENGTH
 
 logger = logging.getLogger(__name__)
 
@@ -40,23 +43,29 @@ def input_token_limit(model, requested: int | None) -> int:
     return limit
 
 
-def check_sentences(tokenizer, sentences: Sequence[str], max_input_tokens: int | None = None) -> list[int]:
+def check_sentences(
+    tokenizer, sentences: Sequence[str], max_input_tokens: int | None = None, side: str = "source"
+) -> list[int]:
     """Each sentence's length in tokens, `</s>` included, after refusing (InputError) an empty sentence or one of more
     than `max_input_tokens` tokens: under the paper's decoding (up to input + 50 tokens) a sentence of 3,000 tokens
-    would run for minutes."""
+    would run for minutes. `side` "target" tokenizes them as translations (`text_target`) and names them so."""
+    what = "sentence" if side == "source" else f"{side} sentence"
     if isinstance(sentences, str):
-        raise InputError("sentences is a str; expected a list of sentences (a single sentence in a list)")
+        argument = "sentences" if side == "source" else "targets"
+        raise InputError(f"{argument} is a str; expected a list of sentences (a single sentence in a list)")
     for number, sentence in enumerate(sentences, start=1):
         if not isinstance(sentence, str):
-            raise InputError(f"sentence {number} is a {type(sentence).__name__}; expected a str")
+            raise InputError(f"{what} {number} is a {type(sentence).__name__}; expected a str")
         if not sentence.strip():
-            raise InputError(f"sentence {number} is empty; expected text to translate")
-    lengths = [len(ids) for ids in tokenizer(list(sentences), add_special_tokens=True)["input_ids"]]
+            expected = "text to translate" if side == "source" else "a translation to score"
+            raise InputError(f"{what} {number} is empty; expected {expected}")
+    texts = {"text" if side == "source" else "text_target": list(sentences)}
+    lengths = [len(ids) for ids in tokenizer(**texts, add_special_tokens=True)["input_ids"]]
     if max_input_tokens is not None:
         over = [number for number, length in enumerate(lengths, start=1) if length > max_input_tokens]
         if over:
             raise InputError(
-                f"sentence {over[0]} is {lengths[over[0] - 1]} tokens long, more than the limit of "
+                f"{what} {over[0]} is {lengths[over[0] - 1]} tokens long, more than the limit of "
                 f"{max_input_tokens} (max_input_tokens; {len(over)} sentence(s) over it: {over[:10]}); "
                 "expected shorter sentences"
             )
@@ -64,6 +73,13 @@ def check_sentences(tokenizer, sentences: Sequence[str], max_input_tokens: int |
 
 
 DEFAULT_BATCH_SIZE = 64
+
+
+def check_limits(**limits: int | None) -> None:
+    """Refuses a batch size or token limit that is not a whole number of at least 1 (None: no limit)."""
+    for name, value in limits.items():
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name}={value!r}; expected an int of at least 1 (or None)")
 
 
 def length_batches(
@@ -91,6 +107,77 @@ def length_batches(
     return batches
 
 
+def plan_batches(
+    tokenizer,
+    sentences: Sequence[str],
+    batch_size: int | None,
+    max_tokens: int | None,
+    max_input_tokens: int | None,
+) -> tuple[list[int], list[list[int]]]:
+    """The checks every translating caller makes, before any work: each sentence's length in tokens, and the batches
+    (lists of sentence indices) to translate them in. Sentences are batched by length (`length_batches`: longest
+    first, so a memory problem shows at once) to waste little on padding: `batch_size` sentences a batch (64 when
+    neither limit is given), or as many as `max_tokens` padded source tokens hold, or both limits. Nothing is
+    truncated: an empty sentence, which would come back as an empty translation nobody asked for, one longer than
+    `max_input_tokens` (no limit when None) and one longer than `max_tokens` are refused (`check_sentences`,
+    `length_batches`)."""
+    if batch_size is None and max_tokens is None:
+        batch_size = DEFAULT_BATCH_SIZE
+    check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
+    lengths = check_sentences(tokenizer, sentences, max_input_tokens)
+    return lengths, length_batches(lengths, batch_size, max_tokens)
+
+
+def tokenized_batches(
+    model, tokenizer, sentences: Sequence[str], batches: list[list[int]], progress: bool
+) -> Iterator[tuple[list[int], dict]]:
+    """Each batch's sentence indices and their tokenized, padded source on the model's device, with a progress bar."""
+    model.eval()
+    with tqdm(total=len(sentences), desc="translating", unit="sentence", disable=not progress) as bar:
+        for indices in batches:
+            batch = tokenizer([sentences[i] for i in indices], return_tensors="pt", padding=True)
+            yield indices, batch.to(model.device)
+            bar.update(len(indices))
+
+
+def output_room(model, lengths: list[int], paper_decoding: bool, generate_kwargs: dict) -> list[int]:
+    """How many tokens each sentence's translation may have, as generate() limits it: Section 6.1's source + 50
+    under the paper's decoding, lowered to the call's `max_new_tokens` or `max_length` (which counts the start
+    token); without, the call's or the model's generation settings (transformers' max_length 20 at the least)."""
+    max_new_tokens, max_length = generate_kwargs.get("max_new_tokens"), generate_kwargs.get("max_length")
+    if paper_decoding:
+        cap = max_new_tokens or (max_length - 1 if max_length else None)
+        return [min(length + 50, cap or length + 50) for length in lengths]
+    config = model.generation_config
+    max_new_tokens = max_new_tokens or config.max_new_tokens
+    cap = max_new_tokens or (max_length or config.max_length or TRANSFORMERS_MAX_LENGTH) - 1
+    return [cap] * len(lengths)
+
+
+def prefix_ids(tokenizer, target_prefixes: Sequence[str] | None, room: list[int]) -> list[list[int]] | None:
+    """The token ids of each target prefix ("" for none: no ids), as the start of a translation (`text_target`,
+    without `</s>`); None for no prefixes. Refuses (InputError) a count other than one a sentence, and a prefix that
+    leaves its translation no room to go on within its `room` of tokens (it would come back cut)."""
+    if target_prefixes is None:
+        return None
+    sentences = len(room)
+    if isinstance(target_prefixes, str) or len(target_prefixes) != sentences:
+        shown = "a str" if isinstance(target_prefixes, str) else f"{len(target_prefixes)} prefixes"
+        raise InputError(f'target_prefixes is {shown}; expected a list of {sentences}, one a sentence ("" for none)')
+    for number, prefix in enumerate(target_prefixes, start=1):
+        if not isinstance(prefix, str):
+            raise InputError(f'target prefix {number} is a {type(prefix).__name__}; expected a str ("" for none)')
+    ids = tokenizer(text_target=list(target_prefixes), add_special_tokens=False)["input_ids"]
+    ids = [row if prefix.strip() else [] for row, prefix in zip(ids, target_prefixes, strict=True)]
+    for number, (row, limit) in enumerate(zip(ids, room, strict=True), start=1):
+        if len(row) >= limit:
+            raise InputError(
+                f"target prefix {number} is {len(row)} tokens long and its translation may have {limit}; expected a "
+                "shorter prefix, leaving room for the rest of the translation"
+            )
+    return ids
+
+
 @torch.no_grad()
 def translate(
     model,
@@ -101,32 +188,86 @@ def translate(
     progress: bool = True,
     max_input_tokens: int | None = None,
     max_tokens: int | None = None,
+    target_prefixes: Sequence[str] | None = None,
     **generate_kwargs,
 ) -> list[str]:
     """Translations of `sentences`, in order, one per sentence, by `model`: a checkpoint's, or an exported folder's
-    `CTranslate2Model` (which decodes the same batches, as close to Section 6.1 as CTranslate2 can).
-
-    Sentences are batched by length (`length_batches`: longest first, so a memory problem shows at once) to waste
-    little on padding: `batch_size` sentences a batch (64 when neither limit is given), or as many as `max_tokens`
-    padded source tokens hold, or both limits. They are decoded with Section 6.1's beam search unless
-    `paper_decoding=False`. Nothing is truncated: an empty sentence, which would come back as an empty translation
-    nobody asked for, one longer than `max_input_tokens` (no limit when None) and one longer than `max_tokens` are
-    refused before any is translated (`check_sentences`, `length_batches`).
-    """
-    if batch_size is None and max_tokens is None:
-        batch_size = DEFAULT_BATCH_SIZE
-    limits = {"batch_size": batch_size, "max_tokens": max_tokens, "max_input_tokens": max_input_tokens}
-    for name, value in limits.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}={value!r}; expected an int of at least 1 (or None)")
-    lengths = check_sentences(tokenizer, sentences, max_input_tokens)
-    model.eval()
+    `CTranslate2Model` (which decodes the same batches, as close to Section 6.1 as CTranslate2 can). Batched and
+    checked by `plan_batches`; decoded with Section 6.1's beam search unless `paper_decoding=False`. With
+    `target_prefixes` (one a sentence, "" for none), each translation starts with its prefix's tokens."""
+    lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
+    prefixes = prefix_ids(tokenizer, target_prefixes, output_room(model, lengths, paper_decoding, generate_kwargs))
     translations = [None] * len(sentences)
-    with tqdm(total=len(sentences), desc="translating", unit="sentence", disable=not progress) as bar:
-        for indices in length_batches(lengths, batch_size, max_tokens):
-            batch = tokenizer([sentences[i] for i in indices], return_tensors="pt", padding=True).to(model.device)
-            generated = model.generate(**batch, paper_decoding=paper_decoding, **generate_kwargs)
-            for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
-                translations[index] = text
-            bar.update(len(indices))
+    for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
+        if prefixes is not None:
+            generate_kwargs["target_prefix"] = [prefixes[i] for i in indices]
+        generated = model.generate(**batch, paper_decoding=paper_decoding, **generate_kwargs)
+        for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
+            translations[index] = text
     return translations
+
+
+@dataclass
+class Hypothesis:
+    """One of a sentence's n best translations, and the score the search ranked it by: log P(Y|X) / lp(Y), with
+    Section 6.1's lp(Y) = ((5 + |Y|) / 6)^alpha under the paper's decoding and transformers' (and CTranslate2's)
+    |Y|^alpha without, |Y| counting `</s>`. Times lp(Y) it is the log-probability `scoring.score` gives Y."""
+
+    text: str
+    score: float
+
+
+@torch.no_grad()
+def translate_nbest(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    nbest: int,
+    batch_size: int | None = None,
+    paper_decoding: bool = True,
+    progress: bool = True,
+    max_input_tokens: int | None = None,
+    max_tokens: int | None = None,
+    target_prefixes: Sequence[str] | None = None,
+    **generate_kwargs,
+) -> list[list[Hypothesis]]:
+    """The `nbest` best translations of each of `sentences`, in order, best first, as `translate` decodes them (the
+    first is `translate`'s translation): the finished hypotheses of beam search, so `nbest` may not exceed the number
+    of beams (`num_beams`, else the model's)."""
+    check_limits(nbest=nbest)
+    beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams
+    if beams < 2 or nbest > beams:
+        raise ValueError(
+            f"nbest={nbest} with num_beams={beams}; expected beam search (num_beams of at least 2) with at least "
+            "nbest beams: an n-best list holds the search's finished hypotheses"
+        )
+    lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
+    prefixes = prefix_ids(tokenizer, target_prefixes, output_room(model, lengths, paper_decoding, generate_kwargs))
+    results = [None] * len(sentences)
+    for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
+        if prefixes is not None:
+            generate_kwargs["target_prefix"] = [prefixes[i] for i in indices]
+        if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
+            rows = model.generate_nbest(**batch, nbest=nbest, paper_decoding=paper_decoding, **generate_kwargs)
+        else:
+            rows = pytorch_nbest(model, batch, nbest, paper_decoding, generate_kwargs)
+        for index, hypotheses in zip(indices, rows, strict=True):
+            results[index] = [
+                Hypothesis(tokenizer.decode(ids, skip_special_tokens=True), score) for ids, score in hypotheses
+            ]
+    return results
+
+
+def pytorch_nbest(model, batch: dict, nbest: int, paper_decoding: bool, generate_kwargs: dict):
+    """Each sentence's `nbest` hypotheses (token ids, score), best first, from generate()'s `sequences_scores`."""
+    output = model.generate(
+        **batch,
+        paper_decoding=paper_decoding,
+        num_return_sequences=nbest,
+        return_dict_in_generate=True,
+        output_scores=True,
+        **generate_kwargs,
+    )
+    sequences = output.sequences.view(-1, nbest, output.sequences.shape[-1]).tolist()
+    scores = output.sequences_scores.view(-1, nbest).tolist()
+    return [list(zip(*row, strict=True)) for row in zip(sequences, scores, strict=True)]

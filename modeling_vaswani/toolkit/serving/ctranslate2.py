@@ -11,6 +11,7 @@ CTranslate2 is an optional extra: importing this module without it raises an Imp
 """
 
 import json
+import math
 from pathlib import Path
 
 try:
@@ -23,7 +24,7 @@ except ImportError as error:
 import torch
 from transformers import GenerationConfig
 
-from ...generation_vaswani import gnmt_length_penalty
+from ...generation_vaswani import TRANSFORMERS_MAX_LENGTH, check_target_prefix, gnmt_length_penalty
 
 EXPORT_FILE = "vaswani_ctranslate2.json"  # what the translating side needs beyond CTranslate2's own config.json
 # Section 6.1 decodes up to source length + 50 tokens: the sinusoid table reaches that far past the longest source
@@ -34,20 +35,24 @@ DECODING_MARGIN = 50
 # on the default job's En->Fr model (test2016, 1,000 sentences), patience 1 gave 32 sentences other than
 # generate(paper_decoding=True) (sacreBLEU 51.08 against 51.33), patience 2 with 8 hypotheses none (51.33).
 PAPER_PATIENCE = 2
-TRANSFORMERS_MAX_LENGTH = 20  # generate()'s max_length where neither the call nor generation_config.json sets one
 
 
-def paper_best(hypotheses: list[list[str]], scores: list[float], alpha: float) -> list[str]:
-    """The hypothesis of Section 6.1's ranking, log P(Y|X) / ((5 + |Y|) / 6)^alpha, among those CTranslate2 returns.
+def ranked(
+    hypotheses: list[list[str]], scores: list[float], alpha: float, paper_decoding: bool, prefix_log_prob: float = 0.0
+) -> list[tuple[list[str], float]]:
+    """The hypotheses CTranslate2 returns, best first, with generate()'s score: log P(Y|X) / lp(Y), Section 6.1's
+    lp(Y) = ((5 + |Y|) / 6)^alpha under `paper_decoding`, |Y|^alpha without.
 
-    CTranslate2 ranks by log P(Y|X) / |Y|^alpha (its `length_penalty`, decoding.cc's finalize_hypothesis_score) and
-    has no GNMT penalty: its scores are turned back into log P(Y|X) and ranked again, by hand.
+    CTranslate2 scores log P(Y|X) / |Y|^alpha (its `length_penalty`, decoding.cc's finalize_hypothesis_score), leaving
+    a target prefix's log-probability out of P(Y|X) but its tokens in |Y|, and has no GNMT penalty: its scores are
+    turned back into log P(Y|X), the prefix's `prefix_log_prob` added, and ranked again, by hand.
     """
-    ranked = [
-        score * len(tokens) ** alpha / gnmt_length_penalty(len(tokens), alpha)
-        for tokens, score in zip(hypotheses, scores, strict=True)
-    ]
-    return hypotheses[max(range(len(ranked)), key=ranked.__getitem__)]
+    rescored = []
+    for tokens, score in zip(hypotheses, scores, strict=True):
+        log_p = score * len(tokens) ** alpha + prefix_log_prob
+        penalty = gnmt_length_penalty(len(tokens), alpha) if paper_decoding else len(tokens) ** alpha
+        rescored.append((tokens, log_p / penalty))
+    return sorted(rescored, key=lambda pair: -pair[1])  # stable: ties keep CTranslate2's order
 
 
 class CTranslate2Config:
@@ -78,14 +83,34 @@ class CTranslate2Model:
         self.ids = {name: index for index, name in enumerate(self.vocabulary)}
         self.config = CTranslate2Config(settings["max_position_embeddings"])
         self.position_rows = settings["position_rows"]
+        self.generation_config = generation
         self.num_beams = generation.num_beams
         self.length_penalty = generation.length_penalty
         self.pad_token_id = generation.pad_token_id
+        self.eos_token_id = generation.eos_token_id
         # generate()'s limit without the paper's decoding, the start token counted
         self.max_length = generation.max_length or TRANSFORMERS_MAX_LENGTH
 
     def eval(self) -> "CTranslate2Model":
         return self
+
+    def tokens(self, ids: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
+        """Each row's tokens as CTranslate2 takes them: the vocabulary's strings, padding left out."""
+        return [[self.vocabulary[i] for i in row[keep.bool()].tolist()] for row, keep in zip(ids, mask, strict=True)]
+
+    def score_batch(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor):
+        """Each row's log P of its `labels` tokens (padding excluded; `</s>` last), by CTranslate2's `score_batch`,
+        which adds `</s>` to a target itself."""
+        targets = self.tokens(labels, labels.ne(self.pad_token_id))
+        for number, target in enumerate(targets, start=1):
+            if not target or target[-1] != self.vocabulary[self.eos_token_id]:
+                raise ValueError(f"target {number} of the batch does not end with </s>; expected tokenizer labels")
+        results = self.translator.score_batch(
+            self.tokens(input_ids, attention_mask),
+            [target[:-1] for target in targets],
+            max_input_length=0,  # CTranslate2 would cut sentences at 1024 tokens without a word
+        )
+        return [list(result.log_probs) for result in results]
 
     def generate(
         self,
@@ -94,8 +119,26 @@ class CTranslate2Model:
         paper_decoding: bool = True,
         num_beams: int | None = None,
         max_new_tokens: int | None = None,
+        target_prefix: list[list[int]] | None = None,
     ) -> list[list[int]]:
-        """The output token ids of each row, `</s>` included where it was generated.
+        """The output token ids of each row, `</s>` included where it was generated: the best of `generate_nbest`."""
+        rows = self.generate_nbest(
+            input_ids, attention_mask, 1, paper_decoding, num_beams, max_new_tokens, target_prefix
+        )  # fmt: skip
+        return [hypotheses[0][0] for hypotheses in rows]
+
+    def generate_nbest(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        nbest: int = 1,
+        paper_decoding: bool = True,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        target_prefix: list[list[int]] | None = None,
+    ) -> list[list[tuple[list[int], float]]]:
+        """Each row's `nbest` best hypotheses, best first: their output token ids (`</s>` included where it was
+        generated) and the score the search ranked them by.
 
         Under `paper_decoding`: beam search with `num_beams` (the folder's, 4), at most (longest source of the batch
         + 50) tokens (CTranslate2 takes one limit per batch: a shorter sentence of the batch may decode a little past
@@ -103,16 +146,13 @@ class CTranslate2Model:
         CTranslate2 returns (the first 2 x `num_beams` to finish: PAPER_PATIENCE) ranked by GNMT's penalty with the
         folder's alpha. Where ours differs: it decodes on until no live beam can still beat the finished ones, which
         CTranslate2 cannot express, so on rare sentences ours may find a better hypothesis that finishes later.
-        Without `paper_decoding`: CTranslate2's own ranking, |Y|^alpha, and `max_new_tokens` or the folder's
-        max_length, as generate() takes them. Decoding also stops at the end of the position table (as generate()
-        does for learned positions).
+        Without `paper_decoding`: CTranslate2's own ranking, log P(Y|X) / |Y|^alpha, and `max_new_tokens` or the
+        folder's max_length, as generate() takes them. Decoding also stops at the end of the position table (as
+        generate() does for learned positions). `target_prefix`: each row's first tokens (generate()'s).
         """
         if attention_mask is None:
             attention_mask = input_ids.ne(self.pad_token_id)
-        sources = [
-            [self.vocabulary[i] for i in row[mask.bool()].tolist()]
-            for row, mask in zip(input_ids, attention_mask, strict=True)
-        ]
+        sources = self.tokens(input_ids, attention_mask)
         longest = max(map(len, sources))
         if longest > self.position_rows:
             raise ValueError(
@@ -125,21 +165,44 @@ class CTranslate2Model:
             limit = max_new_tokens or self.max_length - 1
         limit = min(limit, self.position_rows)  # CTranslate2 fails past the table
         beams = num_beams or self.num_beams
+        if nbest > beams:
+            raise ValueError(f"{nbest} hypotheses a sentence with num_beams={beams}; expected at most num_beams")
         patience = PAPER_PATIENCE if paper_decoding else 1
-        results = self.translator.translate_batch(
-            sources,
-            beam_size=beams,
-            patience=patience,
-            num_hypotheses=beams * patience,
-            length_penalty=self.length_penalty,
-            return_end_token=True,  # |Y| counts </s>, as generate() counts it
-            return_scores=True,
-            max_input_length=0,  # CTranslate2 would cut sources at 1024 tokens without a word
-            max_decoding_length=limit,
-            min_decoding_length=0,  # CTranslate2's default 1 forbids </s> first, which generate() allows
-        )
-        if paper_decoding:
-            best = [paper_best(result.hypotheses, result.scores, self.length_penalty) for result in results]
-        else:
-            best = [result.hypotheses[0] for result in results]
-        return [[self.ids[name] for name in tokens] for tokens in best]
+        if target_prefix is not None:
+            target_prefix = check_target_prefix(target_prefix, len(self.vocabulary), [limit] * len(sources))
+            target_prefix = [[self.vocabulary[i] for i in prefix] for prefix in target_prefix]
+        settings = {
+            "beam_size": beams,
+            "patience": patience,
+            "num_hypotheses": beams * patience if paper_decoding else nbest,
+            "length_penalty": self.length_penalty,
+            "return_end_token": True,  # |Y| counts </s>, as generate() counts it
+            "return_scores": True,
+            "max_input_length": 0,  # CTranslate2 would cut sources at 1024 tokens without a word
+            "max_decoding_length": limit,
+            "min_decoding_length": 0,  # CTranslate2's default 1 forbids </s> first, which generate() allows
+        }
+        # Rows with a prefix and rows without are decoded apart: in a batch given prefixes, CTranslate2 decodes a row
+        # without one otherwise than alone (it was seen not to end a hypothesis at its first token).
+        prefixed = [i for i in range(len(sources)) if target_prefix and target_prefix[i]]
+        plain = [i for i in range(len(sources)) if i not in set(prefixed)]
+        results, offsets = [None] * len(sources), [0.0] * len(sources)
+        for group, prefixes in ((plain, None), (prefixed, [target_prefix[i] for i in prefixed] if prefixed else None)):
+            if not group:
+                continue
+            group_sources = [sources[i] for i in group]
+            decoded = self.translator.translate_batch(group_sources, target_prefix=prefixes, **settings)
+            scored = self.prefix_log_probs(group_sources, prefixes) if prefixes else [0.0] * len(group)
+            for i, result, offset in zip(group, decoded, scored, strict=True):
+                results[i], offsets[i] = result, offset
+        rows = []
+        for result, offset in zip(results, offsets, strict=True):
+            best = ranked(result.hypotheses, result.scores, self.length_penalty, paper_decoding, offset)[:nbest]
+            rows.append([([self.ids[name] for name in tokens], score) for tokens, score in best])
+        return rows
+
+    def prefix_log_probs(self, sources: list[list[str]], prefixes: list[list[str]]) -> list[float]:
+        """Each target prefix's log-probability given its source (0 for none), which CTranslate2 leaves out of a
+        hypothesis's score: its `score_batch` of the prefix, less the `</s>` it appends."""
+        results = self.translator.score_batch(sources, prefixes, max_input_length=0)
+        return [math.fsum(result.log_probs[:-1]) for result in results]

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import torch
 from transformers import AutoTokenizer
 
 from ..checkpoints import check_tokenizer_files, is_ctranslate2_folder, load_model_and_tokenizer, local_folder
@@ -40,3 +41,31 @@ def load_exported(name: str, folder: Path | None):
     from .ctranslate2 import CTranslate2Model  # needs the optional ctranslate2 package
 
     return CTranslate2Model(folder), AutoTokenizer.from_pretrained(str(folder))
+
+
+def load_ensemble(names: list[str], revision: str | None = None, trust_remote_code: bool = False, engine=None):
+    """The first model and its tokenizer, and the other models of an ensemble (`generate(ensemble=...)`): PyTorch
+    checkpoints whose tokenizers are the same (the same tokens at the same ids, the same way of splitting text), since
+    every model reads the first one's token ids and the search mixes their predictions id by id."""
+    loaded = [load_translator(name, revision, trust_remote_code, engine) for name in names]
+    model, tokenizer = loaded[0]
+    for name, (other, other_tokenizer) in zip(names[1:], loaded[1:], strict=True):
+        for each, its in ((names[0], model), (name, other)):
+            if not isinstance(its, torch.nn.Module):
+                raise ValueError(
+                    f"{each} is a CTranslate2 export; an ensemble decodes PyTorch checkpoints (CTranslate2 decodes "
+                    "one model at a time)"
+                )
+        if tokenizer_identity(other_tokenizer) != tokenizer_identity(tokenizer):
+            sizes = f"{len(other_tokenizer)} and {len(tokenizer)} tokens"
+            raise ValueError(
+                f"{name} and {names[0]} have different tokenizers ({sizes}); expected models that share a vocabulary "
+                "to decode as an ensemble"
+            )
+    return model, tokenizer, [other for other, _ in loaded[1:]]
+
+
+def tokenizer_identity(tokenizer) -> str | dict:
+    """What makes two tokenizers the same: a fast tokenizer's whole definition, else its vocabulary."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    return backend.to_str() if backend is not None else tokenizer.get_vocab()

@@ -18,7 +18,8 @@ from helpers.training_setup import command, tiny_checkpoint
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from modeling_vaswani.toolkit.cli import evaluate, export_ctranslate2, translate  # noqa: E402
-from modeling_vaswani.toolkit.evaluation.translate import input_token_limit  # noqa: E402
+from modeling_vaswani.toolkit.evaluation.scoring import score  # noqa: E402
+from modeling_vaswani.toolkit.evaluation.translate import input_token_limit, pytorch_nbest  # noqa: E402
 from modeling_vaswani.toolkit.evaluation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.interop.ctranslate2 import ExportError, VaswaniConverter, write_export  # noqa: E402
 from modeling_vaswani.toolkit.serving.ctranslate2 import EXPORT_FILE, CTranslate2Model  # noqa: E402
@@ -306,3 +307,56 @@ def test_without_ctranslate2_the_package_works_and_the_export_says_how_to_instal
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr[-3000:]
     assert "pip install modeling_vaswani[ctranslate2]" in result.stderr
+
+
+def test_ctranslate2_scores_translations_as_pytorch_does(checkpoint, export_folder):
+    """CTranslate2's score_batch behind `scoring.score` gives each token the log-probability PyTorch gives it."""
+    engine, tokenizer = load_translator(str(export_folder))
+    model, _ = load_translator(str(checkpoint))
+    targets = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee und ein Mann schaut zu.", "Ein Mädchen."]
+    ours = score(model, tokenizer, SENTENCES, targets, batch_size=2, progress=False)
+    theirs = score(engine, tokenizer, SENTENCES, targets, batch_size=2, progress=False)
+    for mine, its in zip(ours, theirs, strict=True):
+        assert its.tokens == mine.tokens and its.tokens[-1] == "</s>"
+        assert its.log_probs == pytest.approx(mine.log_probs, abs=1e-4)
+
+
+@pytest.mark.parametrize("paper_decoding", [False, True], ids=["stock", "paper"])
+def test_nbest_lists_are_ours(tmp_path, paper_decoding):
+    """The n best hypotheses and their scores: CTranslate2's (re-ranked by GNMT's penalty under the paper's decoding)
+    are generate()'s."""
+    model = randomized(tiny_model(seed=2, final_logits_bias=True), eos_bias=2.5)
+    engine = exported(model, tmp_path / "ct2")
+    ids, mask = padded_batch(LENGTHS, seed=2)
+    settings = {"num_beams": 4, "max_new_tokens": 20}
+    extra = {} if paper_decoding else {"early_stopping": True}
+    ours = pytorch_nbest(model, {"input_ids": ids, "attention_mask": mask}, 3, paper_decoding, {**settings, **extra})
+    theirs = engine.generate_nbest(ids, mask, 3, paper_decoding=paper_decoding, **settings)
+    for our_row, their_row in zip(ours, theirs, strict=True):
+        assert [output_ids(torch.tensor(sequence)) for sequence, _ in our_row] == [output for output, _ in their_row]
+        assert [score for _, score in our_row] == pytest.approx([score for _, score in their_row], abs=1e-4)
+
+
+@pytest.mark.parametrize("paper_decoding", [False, True], ids=["stock", "paper"])
+def test_target_prefixes_start_the_hypotheses_and_scores_count_them(tmp_path, paper_decoding):
+    """CTranslate2's target_prefix: every hypothesis starts with its row's prefix and is scored as generate() scores,
+    log P(Y|X) of the whole translation over the length penalty (CTranslate2 leaves the prefix's log-probability out;
+    the engine adds it back). Rows without a prefix decode as without any. Where the searches differ: CTranslate2
+    does not end a translation right after its prefix, so its hypotheses for prefixed rows may be others."""
+    model = randomized(tiny_model(seed=2, final_logits_bias=True), eos_bias=2.5)
+    engine = exported(model, tmp_path / "ct2")
+    ids, mask = padded_batch(LENGTHS, seed=2)
+    prefixes = [[7, 8], [], [9], [10, 11, 12], [], [5]]
+    settings = {"num_beams": 4, "max_new_tokens": 20}
+    alone = engine.generate_nbest(ids, mask, 2, paper_decoding=paper_decoding, **settings)
+    theirs = engine.generate_nbest(ids, mask, 2, paper_decoding=paper_decoding, target_prefix=prefixes, **settings)
+    for row, (prefix, hypotheses) in enumerate(zip(prefixes, theirs, strict=True)):
+        if not prefix:
+            assert [output for output, _ in hypotheses] == [output for output, _ in alone[row]]
+            assert [s for _, s in hypotheses] == pytest.approx([s for _, s in alone[row]], abs=1e-4)
+        for output, hypothesis_score in hypotheses:
+            assert output[: len(prefix)] == prefix
+            n = len(output)
+            penalty = ((5 + n) / 6) ** ALPHA if paper_decoding else n**ALPHA
+            log_p = token_log_probs(model, ids[row][mask[row].bool()], output).sum().item()
+            assert hypothesis_score == pytest.approx(log_p / penalty, abs=1e-4), (row, output)

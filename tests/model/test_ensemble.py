@@ -1,0 +1,98 @@
+"""generate(paper_decoding=True, ensemble=[...]): several models decoding as one, their next-token log-probabilities
+averaged at each step, against the reference search (helpers/reference_search.py) run over that average."""
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+from helpers.reference_search import EndLikelierWithLength, decoded, expected_output, random_cases, random_model
+from helpers.tiny_models import padded_batch
+
+from modeling_vaswani.generation_vaswani import DecoderSteps
+
+
+class Averaged:
+    """The reference's model: the mean of the members' log-softmax, computed here in float64 (the search normalizes
+    it again, as generate() does)."""
+
+    def __init__(self, *models):
+        self.models, self.config = models, models[0].config
+
+    @torch.no_grad()
+    def __call__(self, input_ids, decoder_input_ids):
+        log_probs = [
+            model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits.double().log_softmax(-1)
+            for model in self.models
+        ]
+        return SimpleNamespace(logits=torch.stack(log_probs).mean(dim=0))
+
+
+def test_an_ensemble_of_a_model_with_itself_translates_as_the_model():
+    model, copy = random_model(seed=31), random_model(seed=31)
+    input_ids, attention_mask = padded_batch([4, 7, 3, 9], seed=60)
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "logits_processor": [EndLikelierWithLength()]}
+    for beams in (1, 4):
+        settings = {"num_beams": beams, "return_dict_in_generate": True, "output_scores": True}
+        alone = model.generate(**batch, paper_decoding=True, **settings)
+        together = model.generate(**batch, paper_decoding=True, ensemble=[copy], **settings)
+        assert torch.equal(alone.sequences, together.sequences)
+        if beams > 1:
+            torch.testing.assert_close(alone.sequences_scores, together.sequences_scores, atol=1e-5, rtol=0)
+
+
+def test_two_models_decode_as_the_reference_over_their_averaged_log_probabilities(monkeypatch):
+    first, second, third = random_model(seed=31), random_model(seed=32), random_model(seed=33)
+    reference = Averaged(first, second, third)
+    selected = []
+    original = DecoderSteps.select
+    monkeypatch.setattr(
+        DecoderSteps, "select", lambda self, kept, k: selected.append(len(kept)) or original(self, kept, k)
+    )
+    compared = differs = 0
+    for lengths, seed, settings in random_cases(12, seed=61):
+        input_ids, attention_mask = padded_batch(lengths, vocab_size=61, seed=seed)
+        output = first.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            paper_decoding=True,
+            logits_processor=[EndLikelierWithLength()],
+            ensemble=[second, third],
+            return_dict_in_generate=True,
+            output_scores=True,
+            **settings,
+        )
+        expected = expected_output(reference, input_ids, attention_mask, settings)
+        assert decoded(output) == [tokens for tokens, _ in expected], settings
+        if settings["num_beams"] > 1:
+            assert output.sequences_scores.tolist() == pytest.approx([score for _, score in expected], abs=1e-4)
+        alone = expected_output(first, input_ids, attention_mask, settings)
+        differs += [tokens for tokens, _ in alone] != [tokens for tokens, _ in expected]
+        compared += len(expected)
+    assert compared >= 12 and differs > 0  # the ensemble is not its first model
+
+    # Without return_dict_in_generate, sentences leave the batch, in every member alike: the same tokens.
+    for lengths, seed, settings in random_cases(8, seed=64):
+        input_ids, attention_mask = padded_batch([*lengths, 9, 3], vocab_size=61, seed=seed)
+        batch = {
+            "input_ids": input_ids,
+            "attention_mask": attention_mask,
+            "exponential_decay_length_penalty": (2, 1.6),
+        }
+        shrinking = first.generate(**batch, paper_decoding=True, ensemble=[second, third], **settings)
+        whole = first.generate(
+            **batch, paper_decoding=True, ensemble=[second, third], return_dict_in_generate=True, **settings
+        )
+        assert shrinking.tolist() == whole.sequences.tolist(), settings
+    assert len(selected) >= 3, selected
+
+
+def test_what_an_ensemble_cannot_do_is_refused():
+    model = random_model(seed=31)
+    input_ids, attention_mask = padded_batch([4, 6], seed=63)
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask}
+    with pytest.raises(ValueError, match="ensemble needs paper_decoding=True"):
+        model.generate(**batch, ensemble=[random_model(seed=32)])
+    with pytest.raises(ValueError, match=r"ensemble\[0\] has vocab_size 80, this model 61; expected models"):
+        model.generate(**batch, paper_decoding=True, ensemble=[random_model(seed=32, vocab_size=80)])
+    with pytest.raises(ValueError, match="expected a non-empty list of the other models"):
+        model.generate(**batch, paper_decoding=True, ensemble=[])
