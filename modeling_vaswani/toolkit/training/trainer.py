@@ -24,11 +24,12 @@ from safetensors import SafetensorError
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
+    EarlyStoppingCallback,
     Seq2SeqTrainer,
     Seq2SeqTrainingArguments,
     TrainerCallback,
 )
-from transformers.trainer_utils import rotate_checkpoints
+from transformers.trainer_utils import IntervalStrategy, SaveStrategy, rotate_checkpoints
 
 from ..checkpoints import find_checkpoints
 from ..data.batching import TokenBudgetBatchSampler
@@ -115,6 +116,14 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             "Equation 3 needs no total step count, so the schedule is the same; 0 sets no time limit"
         },
     )
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={
+            "help": "stop after this many evaluations without a better --metric_for_best_model (default: validation "
+            "sacreBLEU), and keep the best checkpoint as OUTPUT_DIR/best beside the averaged model; both are scored "
+            "at the end"
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
@@ -131,7 +140,19 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     )
 
     def __post_init__(self):
+        if self.early_stopping_patience is not None and self.metric_for_best_model is None:
+            self.metric_for_best_model = "sacrebleu"  # before the Trainer's own checks: it sets greater_is_better
         super().__post_init__()
+        if self.early_stopping_patience is not None:
+            if self.early_stopping_patience < 1:
+                raise ValueError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}")
+            if self.eval_strategy == IntervalStrategy.NO or self.save_strategy == "no":
+                raise ValueError(
+                    f"early_stopping_patience={self.early_stopping_patience} stops on evaluations and keeps the best "
+                    f"checkpoint, but eval_strategy is {self.eval_strategy.value!r} and save_strategy "
+                    f"{SaveStrategy(self.save_strategy).value!r}: evaluate and save (--eval_strategy steps "
+                    "--eval_steps N, --save_steps M)"
+                )
         if self.average_last_checkpoints < 0:
             raise ValueError(f"average_last_checkpoints must be >= 0, got {self.average_last_checkpoints}")
         if self.average_last_checkpoints and self.save_strategy == "no":
@@ -169,6 +190,22 @@ class AverageCheckpointsCallback(TrainerCallback):
             logger.info("averaged %s into %s", [c.name for c in checkpoints], Path(args.output_dir) / "averaged")
 
 
+class SaveBestCallback(TrainerCallback):
+    """Saves a checkpoint at each evaluation that improves on --metric_for_best_model, so that the best model is
+    kept wherever the regular checkpoints fall (the Trainer then names it state.best_model_checkpoint and its
+    rotation spares it); early stopping itself is transformers' EarlyStoppingCallback."""
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        name = args.metric_for_best_model
+        value = (metrics or {}).get(name if name.startswith("eval_") else f"eval_{name}")
+        if value is None:
+            return control
+        best = state.best_metric  # before this evaluation: the Trainer updates it after the callbacks
+        if best is None or (value > best if args.greater_is_better else value < best):
+            control.should_save = True
+        return control
+
+
 class TimeBudgetCallback(TrainerCallback):
     """Ends training after `max_train_minutes` of wall time and saves a checkpoint there (the Trainer has only
     step and epoch limits), so that a run fits a time budget on machines of any speed."""
@@ -203,6 +240,8 @@ class VaswaniTrainer(Seq2SeqTrainer):
             callbacks.append(TimeBudgetCallback())
         if args.average_last_checkpoints:
             callbacks.append(AverageCheckpointsCallback())
+        if args.early_stopping_patience is not None:
+            callbacks += [SaveBestCallback(), EarlyStoppingCallback(args.early_stopping_patience)]
         super().__init__(model=model, args=args, data_collator=data_collator, callbacks=callbacks, **kwargs)
         self._equation_3_scheduler = None
 
