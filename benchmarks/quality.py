@@ -11,8 +11,9 @@ checkpoints are (embeddings scaled by sqrt(d_model), see `baseline_model`), an 8
 `tokenizers` on both sides of the training text, and a plain Seq2SeqTrainer recipe (batch 64 sentences, AdamW with
 the Trainer's defaults at lr 1e-3, inverse-sqrt schedule with 300 warmup steps, label smoothing 0.1), stopped by a
 callback after the same budget, decoded with beam 4 up to 128 tokens without averaging. Both are scored with
-sacreBLEU on Multi30k validation and test2016 En->De. The budget counts training only (ours includes its evaluations
-during training), from the Trainer's start of training to the step that crosses it.
+sacreBLEU and chrF2 on Multi30k validation and test2016 En->De (TER too, in the JSON). The budget counts training
+only (ours includes its evaluations during training), from the Trainer's start of training to the step that crosses
+it.
 
 Writes OUTPUT_DIR/quality.json and quality.md, and the two runs to OUTPUT_DIR/default-job and OUTPUT_DIR/baseline
 (an earlier run's folders there are replaced).
@@ -44,7 +45,7 @@ from transformers import (
 
 from modeling_vaswani.toolkit.checkpoints import find_checkpoints, load_model_and_tokenizer
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
-from modeling_vaswani.toolkit.evaluation.metrics import bleu
+from modeling_vaswani.toolkit.evaluation.metrics import translation_scores
 from modeling_vaswani.toolkit.evaluation.translate import translate
 from modeling_vaswani.toolkit.interop.marian import marian_config
 from modeling_vaswani.toolkit.training.trainer import TimeBudgetCallback
@@ -73,8 +74,12 @@ def evaluation_sets(limit: int | None = None) -> dict[str, tuple[list[str], list
 
 
 def score(translate_sentences, sets: dict) -> dict[str, dict]:
-    """sacreBLEU (with its signature and tokenized BLEU) of `translate_sentences(sources)` on each set."""
-    return {name: bleu(translate_sentences(sources), references) for name, (sources, references) in sets.items()}
+    """sacreBLEU, tokenized BLEU, chrF2 and TER, each with its signature, of `translate_sentences(sources)` on each
+    set."""
+    return {
+        name: translation_scores(translate_sentences(sources), references)
+        for name, (sources, references) in sets.items()
+    }
 
 
 def steps_and_time(steps: int, runtime_s: float, max_steps: int) -> dict:
@@ -231,6 +236,7 @@ def compare(ours: dict, baseline: dict) -> dict:
         "bleu_difference": {
             name: ours["scores"][name]["sacrebleu"] - baseline["scores"][name]["sacrebleu"] for name in SETS
         },
+        "chrf_difference": {name: ours["scores"][name]["chrf"] - baseline["scores"][name]["chrf"] for name in SETS},
     }
 
 
@@ -245,12 +251,13 @@ def format_markdown(report: dict) -> str:
         "| | ours (vaswani-train) | baseline (MarianMT + Seq2SeqTrainer) | ours vs baseline |",
         "|---|---:|---:|---:|",
     ]
+    metrics = (("sacreBLEU", "sacrebleu", "bleu_difference"), ("chrF2", "chrf", "chrf_difference"))
     for name in SETS:
-        difference = comparison["bleu_difference"][name]
-        lines.append(
-            f"| {name} sacreBLEU | {ours['scores'][name]['sacrebleu']:.2f} | "
-            f"{baseline['scores'][name]['sacrebleu']:.2f} | {difference:+.2f} |"
-        )
+        for label, key, difference in metrics:
+            lines.append(
+                f"| {name} {label} | {ours['scores'][name][key]:.2f} | "
+                f"{baseline['scores'][name][key]:.2f} | {comparison[difference][name]:+.2f} |"
+            )
     lines += [
         f"| steps reached | {ours['steps']} | {baseline['steps']} | |",
         f"| steps/s | {ours['steps_per_second']:.4g} | {baseline['steps_per_second']:.4g} | "
@@ -262,7 +269,8 @@ def format_markdown(report: dict) -> str:
         " its averaged model decoded as the job decodes (Section 6.1's beam search); a step is a token-budget batch.",
         f"Baseline: beam {BASELINE_BEAMS}, at most {BASELINE_MAX_LENGTH} tokens, no averaging; "
         f"a step is {BASELINE_BATCH} sentences.",
-        f"sacreBLEU signature: {ours['scores']['test2016']['signature']}",
+        f"sacreBLEU signature: {ours['scores']['test2016']['signature']}; "
+        f"chrF2: {ours['scores']['test2016']['chrf_signature']}",
     ]
     if report["max_train_samples"] is not None or report["max_eval_samples"] is not None:
         lines.append(

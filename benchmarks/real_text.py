@@ -1,8 +1,8 @@
 """Translation speed on real text: a trained model translating Multi30k test2016 and WMT newstest2013 with each engine
 as a user runs it (PyTorch with the paper's decoding and with transformers' own, MarianMT on the same weights, our
 CTranslate2 export in float32 and int8), in one run, each measurement in a process of its own. Reports sentences/s,
-target tokens/s, sacreBLEU and the ratios; the library is benchmarks/speed/real_text.py. For the per-step cost at a
-fixed length, see benchmarks/benchmark.py.
+target tokens/s, sacreBLEU, chrF2 and the ratios; the library is benchmarks/speed/real_text.py. For the per-step cost
+at a fixed length, see benchmarks/benchmark.py.
 
 python benchmarks/real_text.py --model runs/small/averaged                  # every engine, decoding, batch: long
 python benchmarks/real_text.py --model runs/small/averaged --quick          # test2016, 200 sentences, batch 32 and 1

@@ -214,6 +214,7 @@ def test_vaswani_train_runs_on_the_shipped_data_from_an_empty_folder(trained):
     run_dir = work / "runs" / "small"  # the small preset's default output_dir, relative to the working folder
     model_dir = run_dir / "averaged"
     assert "sacreBLEU" in result.stdout and "tokenized BLEU" in result.stdout, result.stdout
+    assert "\nchrF2 " in result.stdout and "\nTER " in result.stdout, result.stdout
     assert result.stdout.strip().splitlines()[-1] == "model: runs/small/averaged", result.stdout
     assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "results.json"):
@@ -222,6 +223,8 @@ def test_vaswani_train_runs_on_the_shipped_data_from_an_empty_folder(trained):
     results = json.loads((model_dir / "results.json").read_text())
     assert results["train"]["step"] == 4, results["train"]
     assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a"), results["test"]
+    assert results["test"]["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0"), results["test"]
+    assert results["test"]["ter_signature"].startswith("nrefs:1|case:lc|tok:tercom"), results["test"]
     assert results["test_set"]["dataset_id"] == "multi30k", results["test_set"]
     assert results["test_set"]["dataset_split"] == "test_2016_flickr", results["test_set"]
     assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 8
@@ -274,5 +277,7 @@ def test_vaswani_push_uploads_the_model_card_rendered_from_the_installed_templat
     expected = {
         "sacreBLEU": round(results["test"]["sacrebleu"], 2),
         "tokenized BLEU (compound split, as in the paper)": round(results["test"]["tokenized_bleu"], 2),
+        "chrF2": round(results["test"]["chrf"], 2),
+        "TER": round(results["test"]["ter"], 2),
     }
     assert scores == expected, f"the card's model-index: {scores}, results.json: {results['test']}"

@@ -14,8 +14,8 @@ Each engine, decoding (beam 4 or greedy), batching (sentences a batch, or a budg
 set runs in a process of its own (the command started again with `--worker`): the model is loaded and one small
 batch translated untimed, then the whole set is translated from text to text, timed (tokenizing, decoding, batching
 by length, detokenizing). Reported: sentences/s, target tokens/s (the translations re-tokenized by our tokenizer, the
-same count for every engine), sacreBLEU (a faster engine must not translate worse unseen), the sentences whose
-translation differs from pytorch-paper's, and ratios of pytorch-paper to each engine.
+same count for every engine), sacreBLEU and chrF2 (a faster engine must not translate worse unseen), the sentences
+whose translation differs from pytorch-paper's, and ratios of pytorch-paper to each engine.
 """
 
 import json
@@ -148,7 +148,7 @@ def run_job(spec: dict) -> dict:
     """Translates the whole test set once after a warm-up batch; the measurement of one engine, decoding, batching."""
     import torch
 
-    from modeling_vaswani.toolkit.evaluation.metrics import bleu
+    from modeling_vaswani.toolkit.evaluation.metrics import bleu, chrf
     from modeling_vaswani.toolkit.evaluation.translate import translate
     from modeling_vaswani.toolkit.runtime import apply_process_settings
 
@@ -169,13 +169,13 @@ def run_job(spec: dict) -> dict:
     translations = run(sources)
     seconds = time.perf_counter() - start
     tokens = sum(len(ids) for ids in tokenizer(translations, add_special_tokens=False)["input_ids"])
-    score = bleu(translations, references)
     return {
         "seconds": seconds,
         "sentences_per_s": len(sources) / seconds,
         "tokens_per_s": tokens / seconds,
         "target_tokens": tokens,
-        "sacrebleu": score["sacrebleu"],
+        "sacrebleu": bleu(translations, references)["sacrebleu"],
+        "chrf": chrf(translations, references)["chrf"],  # sacreBLEU's chrF2, as WMT reports it beside BLEU
         "translations": translations,
     }
 
@@ -230,7 +230,9 @@ def run_benchmark(
             result = run_worker(script, spec, workdir)
             measured.setdefault((name, decoding, batch, engine), []).append(result)
             shown = (
-                result.get("error") or f"{result['sentences_per_s']:.1f} sentences/s, BLEU {result['sacrebleu']:.2f}"
+                result.get("error")
+                or f"{result['sentences_per_s']:.1f} sentences/s, BLEU {result['sacrebleu']:.2f}, "
+                f"chrF2 {result['chrf']:.2f}"
             )
             progress(f"[{number}/{len(jobs)}] {name} {decoding} {batch} {engine}: {shown}")
     return build_report(measured, groups, engines, threads, model_dir, sentences, rounds)
@@ -242,7 +244,7 @@ def median_result(results: list[dict]) -> dict:
         return {"error": results[0]["error"]}
     combined = {key: statistics.median(result[key] for result in good) for key in ("sentences_per_s", "tokens_per_s")}
     first = good[0]  # every round translates alike
-    return {**combined, **{key: first[key] for key in ("sacrebleu", "translations", "target_tokens")}}
+    return {**combined, **{key: first[key] for key in ("sacrebleu", "chrf", "translations", "target_tokens")}}
 
 
 def build_report(measured: dict, groups, engines, threads, model_dir, sentences, rounds) -> dict:
@@ -255,12 +257,8 @@ def build_report(measured: dict, groups, engines, threads, model_dir, sentences,
             if "error" in result:
                 rows.append({**row, "error": result["error"]})
                 continue
-            row.update(
-                {
-                    key: result[key]
-                    for key in ("sentences_per_s", "tokens_per_s", "target_tokens", "sacrebleu", "translations")
-                }
-            )
+            kept = ("sentences_per_s", "tokens_per_s", "target_tokens", "sacrebleu", "chrf", "translations")
+            row.update({key: result[key] for key in kept})
             if "translations" in reference:
                 row["paper_speed_ratio"] = reference["sentences_per_s"] / result["sentences_per_s"]
                 row["differs_from_paper"] = sum(
@@ -288,19 +286,19 @@ def format_table(report: dict) -> str:
         + f"; model {report['model']}; {'all' if report['sentences'] is None else report['sentences']} sentences"
         f" a set; median of {report['rounds']} round(s).",
         "",
-        "| test set | decoding | batch | engine | sentences/s | target tokens/s | sacreBLEU | paper ÷ engine "
+        "| test set | decoding | batch | engine | sentences/s | target tokens/s | sacreBLEU | chrF2 | paper ÷ engine "
         "| differs from paper |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in report["rows"]:
         head = f"| {row['test_set']} | {row['decoding']} | {row['batch']} | {row['engine']} |"
         if "error" in row:
-            lines.append(f"{head} failed: {row['error']} | | | | |")
+            lines.append(f"{head} failed: {row['error']} | | | | | |")
             continue
         ratio = f"{row['paper_speed_ratio']:.2f}x" if "paper_speed_ratio" in row else ""
         differs = row.get("differs_from_paper", "")
         lines.append(
-            f"{head} {row['sentences_per_s']:.1f} | {row['tokens_per_s']:.0f} | {row['sacrebleu']:.2f} | {ratio} "
-            f"| {differs} |"
+            f"{head} {row['sentences_per_s']:.1f} | {row['tokens_per_s']:.0f} | {row['sacrebleu']:.2f} "
+            f"| {row['chrf']:.2f} | {ratio} | {differs} |"
         )
     return "\n".join(lines)

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+from pathlib import Path
 
 import pytest
 import quality
@@ -36,9 +37,12 @@ def test_table_has_both_runs_side_by_side(run):
     printed = run["printed"]
     assert "| ours (vaswani-train) | baseline (MarianMT + Seq2SeqTrainer) |" in printed
     for name in ("validation", "test2016"):
-        ours, baseline, difference = table_row(printed, f"{name} sacreBLEU")
-        assert 0 <= float(ours) <= 100 and 0 <= float(baseline) <= 100
-        assert float(difference) == pytest.approx(float(ours) - float(baseline), abs=0.011)
+        for metric in ("sacreBLEU", "chrF2"):
+            ours, baseline, difference = table_row(printed, f"{name} {metric}")
+            assert 0 <= float(ours) <= 100 and 0 <= float(baseline) <= 100
+            assert float(difference) == pytest.approx(float(ours) - float(baseline), abs=0.011)
+        scores = run["report"]["ours"]["scores"][name]
+        assert table_row(printed, f"{name} chrF2")[0] == f"{scores['chrf']:.2f}"
     ours, baseline, _ = table_row(printed, "steps reached")
     assert int(ours) > 0 and int(baseline) > 0
     ours, baseline, ratio = table_row(printed, "steps/s")
@@ -60,6 +64,12 @@ def test_host_and_files(run):
     for run_report in (saved["ours"], saved["baseline"]):
         assert set(run_report["scores"]) == {"validation", "test2016"}
         assert all("nrefs:1" in scores["signature"] for scores in run_report["scores"].values())
+        for scores in run_report["scores"].values():
+            assert scores["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|")
+            assert scores["ter_signature"].startswith("nrefs:1|case:lc|tok:tercom|")
+    assert saved["comparison"]["chrf_difference"]["test2016"] == pytest.approx(
+        saved["ours"]["scores"]["test2016"]["chrf"] - saved["baseline"]["scores"]["test2016"]["chrf"]
+    )
 
 
 def test_ours_is_the_default_job_scored_as_it_scores(run):
@@ -69,6 +79,8 @@ def test_ours_is_the_default_job_scored_as_it_scores(run):
     assert ours["model_dir"].endswith("averaged")
     # The job's own test2016 score, from its results.json, is what the benchmark's scoring of its model gives.
     assert ours["scores"]["test2016"]["sacrebleu"] == pytest.approx(ours["job_test2016"], abs=1e-6)
+    results = json.loads((Path(ours["model_dir"]) / "results.json").read_text())
+    assert ours["scores"]["test2016"]["chrf"] == pytest.approx(results["test"]["chrf"], abs=1e-6)
 
 
 def test_baseline_is_stock_marian_with_a_byte_level_bpe(run):

@@ -1,7 +1,7 @@
 """benchmarks/real_text.py, the real-text benchmark, and the token-budget batches of `translate` it measures.
 
 The benchmark's quick run on a tiny checkpoint: each worker's translations are what the library's `translate` gives
-in this process, its BLEU what sacreBLEU gives on them, its token counts what the tokenizer counts, and the
+in this process, its BLEU and chrF what sacreBLEU gives on them, its token counts what the tokenizer counts, and the
 "differs from paper" column what comparing the lists by hand gives. No timing is asserted.
 """
 
@@ -68,6 +68,27 @@ def test_batch_specifications_are_checked():
             real_text.check_batch(bad)
 
 
+def test_the_table_gives_chrf_beside_sacrebleu_in_a_column_of_its_own():
+    measured = {
+        ("test2016", "beam", "sentences:3", engine): [
+            {"sentences_per_s": speed, "tokens_per_s": 10 * speed, "target_tokens": 40, "sacrebleu": 30.25,
+             "chrf": chrf, "translations": ["Ein Mann."]}
+        ]
+        for engine, speed, chrf in (("pytorch-paper", 2.0, 55.5), ("marian", 4.0, 54.1))
+    }  # fmt: skip
+    measured[("test2016", "beam", "sentences:3", "ct2-float32")] = [{"error": "no ctranslate2"}]
+    report = real_text.build_report(
+        measured, [("test2016", "beam", "sentences:3")], ["pytorch-paper", "marian", "ct2-float32"], 1, "m", None, 1
+    )
+    assert [row.get("chrf") for row in report["rows"]] == [55.5, 54.1, None]
+    lines = [line for line in real_text.format_table(report).splitlines() if line.startswith("|")]
+    header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
+    assert all(len(row) == len(header) for row in rows), lines  # an error row fills every column too
+    cells = {row[3]: dict(zip(header, row, strict=True)) for row in rows}
+    assert (cells["pytorch-paper"]["sacreBLEU"], cells["pytorch-paper"]["chrF2"]) == ("30.25", "55.50")
+    assert (cells["marian"]["chrF2"], cells["marian"]["paper ÷ engine"]) == ("54.10", "0.50x")
+
+
 def test_the_command_needs_a_model_or_a_training_budget():
     result = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 2 and "--model FOLDER" in result.stderr
@@ -103,6 +124,7 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
         paper = rows[(batch, "pytorch-paper")]["translations"]
         assert row["differs_from_paper"] == sum(a != b for a, b in zip(translations, paper, strict=True))
         assert row["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(translations, [references]).score, abs=1e-6)
+        assert row["chrf"] == pytest.approx(sacrebleu.corpus_chrf(translations, [references]).score, abs=1e-6)
         counted = sum(len(reference_tokenizer(t, add_special_tokens=False)["input_ids"]) for t in translations)
         assert row["target_tokens"] == counted
         assert row["tokens_per_s"] / row["sentences_per_s"] == pytest.approx(counted / 7)
@@ -111,4 +133,4 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
         )
     assert report["machine"]["cpu_flags"] is not None and report["threads"] == 1
     table = result.stdout
-    assert "| test2016 | beam | tokens:200 | ct2-float32 |" in table and "paper ÷ engine" in table
+    assert "| test2016 | beam | tokens:200 | ct2-float32 |" in table and "| chrF2 | paper ÷ engine" in table

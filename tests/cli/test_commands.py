@@ -7,10 +7,13 @@ import subprocess
 import time
 
 import pytest
+import sacrebleu
 import torch
 from helpers.training_setup import command, tiny_checkpoint
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 
 pytestmark = pytest.mark.slow  # trains, kills and resumes the main job end to end
 
@@ -58,13 +61,23 @@ def test_main_job_end_to_end(tmp_path):
     assert results["test_set"]["dataset_split"] == "test_2016_flickr"  # what push_to_hub.py's card names
     assert (run / "training_curves.png").stat().st_size > 10_000
     assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 24
+    # chrF and TER beside BLEU, each with its signature, as sacrebleu scores the job's translations of test2016's
+    # first 24 sentences (--max_eval_samples); printed too, after the BLEU lines.
+    hypotheses = (model_dir / "test.hyp.de").read_text(encoding="utf-8").split("\n")[:-1]
+    references = read_sentences(multi30k_files("test")["de"])[:24]
+    for name, metric, label in (("chrf", sacrebleu.CHRF(), "chrF2"), ("ter", sacrebleu.TER(), "TER")):
+        expected = metric.corpus_score(hypotheses, [references]).score
+        assert results["test"][name] == pytest.approx(expected), name
+        assert results["test"][f"{name}_signature"] == str(metric.get_signature())
+        assert f"\n{label} {expected:.2f} ({metric.get_signature()})\n" in trained.stdout
     tags = set()
     for events in (run / "runs").rglob("events.out.tfevents.*"):
         accumulator = EventAccumulator(str(events))
         accumulator.Reload()
         tags.update(accumulator.Tags()["scalars"])
     # The preset evaluates during training (here every 15 steps): validation loss and BLEU reach the curves too.
-    assert {"train/loss", "train/learning_rate", "eval/loss", "eval/sacrebleu", "test/sacrebleu"} <= tags, tags
+    expected_tags = {"train/loss", "train/learning_rate", "eval/loss", "eval/sacrebleu", "eval/chrf", "test/sacrebleu"}
+    assert expected_tags | {"test/chrf"} <= tags, tags
     averaged = load_file(model_dir / "model.safetensors")
     last_two = [load_file(run / f"checkpoint-{step}" / "model.safetensors") for step in (20, 30)]
     assert all(torch.allclose(averaged[k], (last_two[0][k] + last_two[1][k]) / 2, atol=1e-6) for k in averaged)

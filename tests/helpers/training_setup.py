@@ -51,6 +51,10 @@ RESULTS = {
         "signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
         "tokenized_bleu": 27.3151,
         "tokenized_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a+compound-split|smooth:none|version:2.6.0",
+        "chrf": 57.3149,
+        "chrf_signature": "nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|version:2.6.0",
+        "ter": 61.2037,
+        "ter_signature": "nrefs:1|case:lc|tok:tercom|norm:no|punct:yes|asian:no|version:2.6.0",
     },
     "test_set": {
         "dataset_id": "wmt14",

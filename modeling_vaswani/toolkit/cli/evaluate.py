@@ -5,16 +5,17 @@
     vaswani-evaluate MODEL --source newstest2014.en --reference newstest2014.de
     vaswani-evaluate runs/small/ct2                       # a vaswani-export-ctranslate2 folder, run by CTranslate2
 
-Prints sacreBLEU with its signature (the number to report) and tokenized BLEU with compound splitting (the paper's
-way, for comparison with its table). Files are read as training data is (UTF-8, split on "\\n" only, no empty line);
-everything is checked before the first sentence is translated, --output and the sentences' lengths included.
+Prints sacreBLEU with its signature (the number to report), tokenized BLEU with compound splitting (the paper's
+way, for comparison with its table), chrF2 and TER with their signatures, then all of it as one JSON line. Files are
+read as training data is (UTF-8, split on "\\n" only, no empty line); everything is checked before the first sentence
+is translated, --output and the sentences' lengths included.
 """
 
 import argparse
 import json
 
 from ..data.corpora import MULTI30K_LANGUAGES, multi30k_files, read_sentences
-from ..evaluation.metrics import bleu
+from ..evaluation.metrics import translation_scores
 from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
 from ..outputs import atomic_text
 from ..runtime import apply_process_settings
@@ -74,9 +75,11 @@ def main(argv=None):
     if arguments.output:
         with atomic_text(arguments.output) as handle:
             write_lines(hypotheses, handle)
-    scores = bleu(hypotheses, references)
+    scores = translation_scores(hypotheses, references)
     print(f"sacreBLEU {scores['sacrebleu']:.2f} ({scores['signature']})")
     print(f"tokenized BLEU {scores['tokenized_bleu']:.2f} ({scores['tokenized_bleu_signature']})")
+    print(f"chrF2 {scores['chrf']:.2f} ({scores['chrf_signature']})")
+    print(f"TER {scores['ter']:.2f} ({scores['ter_signature']})")
     print(json.dumps(scores))
 
 

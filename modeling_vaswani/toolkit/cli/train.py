@@ -1,5 +1,5 @@
 """Trains a Transformer with the paper's recipe (Section 5) on Seq2SeqTrainer, then averages checkpoints and scores
-the test split with sacreBLEU.
+the test split with sacreBLEU, chrF and TER.
 
     vaswani-train                      # the small preset on the shipped Multi30k En->De
     vaswani-train --preset base --dataset_name wmt14 --dataset_config_name de-en ...   # see README
@@ -29,6 +29,8 @@ def main(argv=None):
         print(
             f"tokenized BLEU {test['tokenized_bleu']:.2f} ({test['tokenized_bleu_signature']}), for the paper's table"
         )
+        print(f"chrF2 {test['chrf']:.2f} ({test['chrf_signature']})")
+        print(f"TER {test['ter']:.2f} ({test['ter_signature']})")
     print(f"model: {results['model_dir']}")
     print(json.dumps({k: v for k, v in results.items() if k != "model_dir"}, indent=2), file=sys.stderr)
     # Under torchrun or accelerate launch, leave the process group before exiting: its communication threads still

@@ -43,10 +43,19 @@ RESULT_FIELDS = {
     "tokenized_bleu_signature": ("test", "tokenized_bleu_signature"),
     "train_steps": ("train", "step"),
 }
+# Reported beside BLEU when results.json has them: vaswani-train writes them since chrF and TER joined its results,
+# and a checkpoint trained before still pushes, its card without them.
+OTHER_METRIC_FIELDS = {
+    "chrf": ("test", "chrf"),
+    "chrf_signature": ("test", "chrf_signature"),
+    "ter": ("test", "ter"),
+    "ter_signature": ("test", "ter_signature"),
+}
 # Written into the staging folder from this package, replacing whatever the checkpoint holds.
 REPLACED = {"README.md", "config.json"}
 FIELD = re.compile(r"\{\{\s*(\w+)\s*\}\}")
-# A block kept only when its condition holds: "{{#results}}" ... "{{/results}}", each marker on a line of its own.
+# A block kept only when its condition holds: "{{#results}}" ... "{{/results}}", each marker on a line of its own;
+# blocks may hold other blocks.
 SECTION = re.compile(r"^\{\{#(\w+)\}\}\n(.*?)^\{\{/\1\}\}\n", re.MULTILINE | re.DOTALL)
 
 
@@ -113,7 +122,9 @@ def render_template(template: str, values: dict, sections: dict[str, bool]) -> s
             raise CheckpointError(f"the template has a section {match[1]!r}; known sections: {sorted(sections)}")
         return match[2] if sections[match[1]] else ""
 
-    text = SECTION.sub(section, template)
+    text, previous = template, None
+    while text != previous:  # a kept block's text may hold another block, which the next pass decides
+        previous, text = text, SECTION.sub(section, text)
     missing = sorted({match[1] for match in FIELD.finditer(text)} - {k for k, v in values.items() if v is not None})
     if missing:
         raise CheckpointError(f"the template has fields without a value: {missing}")
@@ -175,24 +186,36 @@ def card_values(checkpoint: Checkpoint, repo_id: str, test_set: EvaluationSet) -
 
 
 def result_values(checkpoint: Checkpoint) -> dict:
-    """The scores and the training steps from results.json; CheckpointError if it has not all of them."""
+    """The scores and the training steps from results.json, chrF and TER among them if it has any of their four
+    fields; CheckpointError if it has not all of them."""
     results = checkpoint.results
     if results is None:
         raise CheckpointError(
             f"{checkpoint.folder} has no {RESULTS}, so the model card would have no BLEU to report; "
             "train with vaswani-train (it writes one), or push a card without evaluation (--no_results)"
         )
-    values = {}
-    for field, (part, key) in RESULT_FIELDS.items():
-        section = results.get(part)
-        values[field] = section.get(key) if isinstance(section, dict) else None
-    missing = [".".join(RESULT_FIELDS[field]) for field, value in values.items() if value is None]
+    values = read_fields(results, RESULT_FIELDS)
+    others = read_fields(results, OTHER_METRIC_FIELDS)
+    if any(value is not None for value in others.values()):
+        values.update(others)  # some of them: then all, so that a card never shows a score without its signature
+    places = {**RESULT_FIELDS, **OTHER_METRIC_FIELDS}
+    missing = [".".join(places[field]) for field, value in values.items() if value is None]
     if missing:
         raise CheckpointError(
             f"{checkpoint.folder / RESULTS} lacks {', '.join(missing)}; expected the results vaswani-train writes"
         )
-    for field in ("sacrebleu", "tokenized_bleu"):
-        values[field] = round(float(values[field]), 2)
+    for field in ("sacrebleu", "tokenized_bleu", "chrf", "ter"):
+        if field in values:
+            values[field] = round(float(values[field]), 2)
+    return values
+
+
+def read_fields(results: dict, fields: dict[str, tuple[str, str]]) -> dict:
+    """Each of `fields` (name: (part, key)) from results.json's `results`, None where it is not there."""
+    values = {}
+    for field, (part, key) in fields.items():
+        section = results.get(part)
+        values[field] = section.get(key) if isinstance(section, dict) else None
     return values
 
 
@@ -205,16 +228,17 @@ def render_model_card(
 ) -> str:
     """The README.md for `repo_id`, checked by huggingface_hub's own card parser (metadata and model-index).
 
-    With `with_results` (the default) the card reports the BLEU of results.json, which must be there; without, the
-    card has no evaluation section and no model-index. `test_set` (an EvaluationSet, or a dict of the fields that
-    differ) defaults to the one results.json records.
+    With `with_results` (the default) the card reports the BLEU of results.json, which must be there, and its chrF
+    and TER where it has them; without, the card has no evaluation section and no model-index. `test_set` (an
+    EvaluationSet, or a dict of the fields that differ) defaults to the one results.json records.
     """
     values = result_values(checkpoint) if with_results else {}
     values.update(card_values(checkpoint, repo_id, resolve_test_set(checkpoint, test_set, with_results)))
     path, paper_model = template_for(checkpoint.config, template)
     values.update(paper_values(paper_model))
     try:
-        card = render_template(path.read_text(encoding="utf-8"), values, {"results": with_results})
+        sections = {"results": with_results, "chrf_ter": "chrf" in values}
+        card = render_template(path.read_text(encoding="utf-8"), values, sections)
     except CheckpointError as error:
         raise CheckpointError(f"model card template {path}: {error}") from error
     check_card(card, with_results)

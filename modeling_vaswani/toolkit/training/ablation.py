@@ -273,6 +273,10 @@ def train_line(line: Line, model_args, data_args, training_args, tokenizer, trai
         "dev_sacrebleu": scores["sacrebleu"],
         "bleu_signature": scores["tokenized_bleu_signature"],
         "sacrebleu_signature": scores["signature"],
+        "dev_chrf": scores["chrf"],
+        "chrf_signature": scores["chrf_signature"],
+        "dev_ter": scores["ter"],
+        "ter_signature": scores["ter_signature"],
     }
     write_text(Path(args.output_dir) / "results.json", json.dumps(results, indent=2) + "\n")
     logger.info("row %s: dev PPL %.2f, dev BLEU %.2f", line.spec, results["dev_perplexity"], results["dev_bleu"])

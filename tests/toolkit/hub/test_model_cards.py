@@ -114,9 +114,13 @@ def test_the_card_has_the_checkpoints_numbers_and_valid_metadata(checkpoint):
         f"| parameters | {validate_checkpoint(checkpoint).parameters:,} | 65M |",
         "| tokenized, compound split (the paper's measure) | 27.32 | 27.3 |",
         "| sacreBLEU (detokenized) | 26.6 | not reported; about 0.7 below the tokenized score |",
+        "| chrF2, character n-gram F-score (higher is better) | 57.31 |",
+        "| TER, word edits per reference word (lower is better) | 61.2 |",
     ):
         assert row in card, row
     assert "trained for 100000 steps" in card and RESULTS["test"]["tokenized_bleu_signature"] in card
+    for signature in ("chrf_signature", "ter_signature"):
+        assert f"`{RESULTS['test'][signature]}`" in card, signature
     assert 'pipeline("vaswani-translation", model="user/vaswani-base-wmt14-en-de", trust_remote_code=True)' in card
 
     metadata = ModelCard(card).data.to_dict()  # huggingface_hub's parser: raises on a malformed model-index
@@ -138,9 +142,51 @@ def test_the_card_has_the_checkpoints_numbers_and_valid_metadata(checkpoint):
     index = metadata["model-index"][0]
     assert index["name"] == sacrebleu["name"] and index["results"][0]["task"] == sacrebleu["results"][0]["task"]
     assert index["results"][0]["dataset"] == sacrebleu["results"][0]["dataset"]
-    first, second = index["results"][0]["metrics"]
+    first, second, chrf, ter = index["results"][0]["metrics"]
     assert first == {**sacrebleu["results"][0]["metrics"][0], "args": {"signature": RESULTS["test"]["signature"]}}
     assert second["value"] == 27.32 and second["args"] == {"signature": RESULTS["test"]["tokenized_bleu_signature"]}
+    # chrF and TER as huggingface_hub itself writes a metric of those types, plus the signature.
+    for entry, metric_id, name, value in ((chrf, "chrf", "chrF2", 57.31), (ter, "ter", "TER", 61.2)):
+        expected = metadata_eval_result(
+            model_pretty_name="vaswani-base-wmt14-en-de",
+            task_pretty_name="Translation",
+            task_id="translation",
+            metrics_pretty_name=name,
+            metrics_id=metric_id,
+            metrics_value=value,
+            dataset_pretty_name="WMT14 English-German, newstest2014",
+            dataset_id="wmt14",
+        )["model-index"][0]["results"][0]["metrics"][0]
+        assert entry == {**expected, "args": {"signature": RESULTS["test"][f"{metric_id}_signature"]}}
+    scores = {result.metric_name: result.metric_value for result in ModelCard(card).data.eval_results}
+    assert scores == {
+        "sacreBLEU": 26.6,
+        "tokenized BLEU (compound split, as in the paper)": 27.32,
+        "chrF2": 57.31,
+        "TER": 61.2,
+    }
+
+
+def test_results_from_before_chrf_and_ter_give_a_card_with_bleu_alone(checkpoint):
+    """A results.json written before chrF and TER joined it (BLEU only) still pushes; its card shows BLEU only."""
+    results = json.loads((checkpoint / "results.json").read_text())
+    for key in ("chrf", "chrf_signature", "ter", "ter_signature"):
+        del results["test"][key]
+    (checkpoint / "results.json").write_text(json.dumps(results))
+    card = render_model_card(validate_checkpoint(checkpoint), "user/x")
+    assert "{{" not in card and "| sacreBLEU (detokenized) | 26.6 |" in card
+    assert "chrF" not in card and "TER" not in card
+    metrics = front_matter(card)["model-index"][0]["results"][0]["metrics"]
+    assert [metric["type"] for metric in metrics] == ["bleu", "bleu"]
+
+
+def test_chrf_without_its_signature_or_ter_is_refused(checkpoint):
+    """One of the four chrF and TER fields asks for all four: no score reaches the card without its signature."""
+    results = json.loads((checkpoint / "results.json").read_text())
+    del results["test"]["chrf_signature"], results["test"]["ter"]
+    (checkpoint / "results.json").write_text(json.dumps(results))
+    with pytest.raises(CheckpointError, match=r"results.json lacks test.chrf_signature, test.ter; expected"):
+        render_model_card(validate_checkpoint(checkpoint), "user/x")
 
 
 def test_without_results_the_card_is_refused_unless_asked_for_without_evaluation(checkpoint):
@@ -150,6 +196,7 @@ def test_without_results_the_card_is_refused_unless_asked_for_without_evaluation
         render_model_card(valid, "user/x")
     card = render_model_card(valid, "user/x", with_results=False)
     assert "{{" not in card and "## Evaluation" not in card and "BLEU" not in card.split("## Training")[0]
+    assert "chrF" not in card
     assert "model-index" not in front_matter(card) and ModelCard(card).data.eval_results is None
 
 
@@ -228,6 +275,16 @@ def test_the_renderer_refuses_fields_without_a_value():
         render_template(template, {}, {})
     with pytest.raises(CheckpointError, match="template syntax left"):
         render_template("---\na: 1\n---\n{{ not a field }}\n", {}, {})
+
+
+@pytest.mark.parametrize(
+    "outer, inner, expected",
+    [(True, True, "a\nb\nc\n"), (True, False, "a\nc\n"), (False, True, ""), (False, False, "")],
+)
+def test_a_block_inside_a_block_is_kept_only_when_both_conditions_hold(outer, inner, expected):
+    template = "---\nx: 1\n---\n{{#outer}}\na\n{{#inner}}\nb\n{{/inner}}\nc\n{{/outer}}\n"
+    card = render_template(template, {}, {"outer": outer, "inner": inner})
+    assert card == "---\nx: 1\n---\n" + expected
 
 
 def test_the_template_follows_the_model_size():

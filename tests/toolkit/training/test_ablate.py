@@ -9,6 +9,7 @@ import math
 from functools import partial
 
 import pytest
+import sacrebleu
 import torch
 from transformers import AutoTokenizer
 
@@ -101,6 +102,12 @@ def test_bleu_is_the_papers_decoding_of_the_saved_model(run):
     scores = bleu(hypotheses, [pair["de"] for pair in pairs])
     assert table(run)["B:d_k=32"]["dev BLEU"] == f"{scores['tokenized_bleu']:.2f}"
     assert table(run)["B:d_k=32"]["dev sacreBLEU"] == f"{scores['sacrebleu']:.2f}"
+    # Beside BLEU in its results.json, chrF and TER as sacrebleu computes them on the same translations.
+    results = json.loads((run / "B_d_k=32" / "results.json").read_text())
+    references = [pair["de"] for pair in pairs]
+    for name, metric in (("chrf", sacrebleu.CHRF()), ("ter", sacrebleu.TER())):
+        assert results[f"dev_{name}"] == pytest.approx(metric.corpus_score(hypotheses, [references]).score), name
+        assert results[f"{name}_signature"] == str(metric.get_signature())
 
 
 def test_every_row_has_the_same_budget_and_tokenizer_and_its_own_eps_ls(run):

@@ -3,10 +3,12 @@
 import json
 import time
 
+import numpy as np
 import pytest
+import sacrebleu
 import torch
 from helpers.training_setup import tiny_checkpoint, tokenized_slice
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, Seq2SeqTrainer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, EvalPrediction, Seq2SeqTrainer
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_vaswani.toolkit.training.averaging import average_checkpoints
@@ -186,11 +188,11 @@ def test_averaging_without_checkpoints_is_refused(tmp_path):
 
 
 def test_evaluation_translates_with_the_papers_decoding_and_scores_bleu(checkpoint, tmp_path):
-    from modeling_vaswani.toolkit.training.recipe import validation_bleu
+    from modeling_vaswani.toolkit.training.recipe import validation_scores
 
     trainer = make_trainer(checkpoint, tmp_path, max_steps=1, per_device_eval_batch_size=4)
     tokenizer = trainer.processing_class
-    trainer.compute_metrics = lambda prediction: validation_bleu(prediction, tokenizer)
+    trainer.compute_metrics = lambda prediction: validation_scores(prediction, tokenizer)
     calls = []
     generate = trainer.model.generate
 
@@ -202,6 +204,33 @@ def test_evaluation_translates_with_the_papers_decoding_and_scores_bleu(checkpoi
     metrics = trainer.evaluate(tokenized_slice(tokenizer, 6, split="validation"))
     assert calls and all(calls)  # every batch decoded as Section 6.1
     assert 0.0 <= metrics["eval_sacrebleu"] <= 100.0 and "eval_tokenized_bleu" in metrics
+    assert 0.0 <= metrics["eval_chrf"] <= 100.0
+
+
+def test_validation_scores_read_the_gathered_ids_up_to_the_padding(checkpoint):
+    """compute_metrics on ids padded with -100 as the Trainer gathers them: BLEU and chrF of the decoded text, as
+    sacrebleu scores that text itself."""
+    from modeling_vaswani.toolkit.training.recipe import validation_scores
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+
+    def gathered(texts):
+        ids = tokenizer(texts)["input_ids"]
+        width = max(len(row) for row in ids) + 2  # -100 after every row, as across batches of another width
+        return np.array([row + [-100] * (width - len(row)) for row in ids])
+
+    hypotheses = ["Ein Mann fährt Rad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen."]
+    references = ["Ein Mann fährt ein Rad.", "Zwei Hunde spielen.", "Ein kleines Mädchen lacht."]
+    scores = validation_scores(EvalPrediction(gathered(hypotheses), gathered(references)), tokenizer)
+
+    def text(texts):  # what the ids stand for: the tokenizer's own decoding, without </s>
+        return tokenizer.batch_decode(tokenizer(texts)["input_ids"], skip_special_tokens=True)
+
+    hypotheses, references = text(hypotheses), text(references)
+    assert set(scores) == {"sacrebleu", "tokenized_bleu", "chrf"}
+    assert scores["sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    assert 0 < scores["chrf"] < 100
+    assert scores["chrf"] == pytest.approx(sacrebleu.corpus_chrf(hypotheses, [references]).score)
 
 
 def test_no_time_limit_at_zero_minutes_and_negative_refused(checkpoint, tmp_path):
