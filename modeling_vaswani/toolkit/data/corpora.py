@@ -10,6 +10,7 @@ normalization) so that detokenized BLEU is computed against the original referen
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import logging
@@ -48,9 +49,12 @@ _TABLE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv"}
 
 
 def _existing_file(path: str | Path) -> Path:
+    """`path` if it can be read as a file: a regular one, or a pipe such as the shell's `<(command)`."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(f"data file not found: {str(path)!r}")
+    if path.is_dir():
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     return path
 
 

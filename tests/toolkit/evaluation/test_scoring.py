@@ -2,6 +2,7 @@
 target token at a time, each pair on its own."""
 
 import math
+import os
 
 import pytest
 import torch
@@ -147,3 +148,17 @@ def test_an_ensemble_scores_the_renormalized_mean_of_its_models_log_probabilitie
         assert scored.log_probs == pytest.approx(expected.tolist(), abs=1e-4)
         alone = one_token_at_a_time(model, tokenizer, source, target)
         assert scored.log_probs != pytest.approx(alone, abs=1e-3)  # the second model counts
+
+
+def test_the_command_reads_pipes_as_files(checkpoint, loaded, tmp_path, capsys):
+    """`<(command)` in a shell is a pipe named /dev/fd/N: read as a file is."""
+    read, write = os.pipe()
+    with os.fdopen(write, "w", encoding="utf-8") as pipe:
+        pipe.write("\n".join(TARGETS) + "\n")
+    (tmp_path / "s.en").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    code, out, err = run([checkpoint, "--source", tmp_path / "s.en", "--target", f"/dev/fd/{read}"], capsys)
+    os.close(read)
+    assert code == 0, err
+    assert len(out.splitlines()) == len(TARGETS)
+    code, _, err = run([checkpoint, "--source", tmp_path, "--target", tmp_path / "s.en"], capsys)
+    assert code == 2 and f"vaswani-score: error: {tmp_path}: is a folder; expected a file" in err
