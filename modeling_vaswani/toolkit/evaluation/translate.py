@@ -1,8 +1,9 @@
 """Translating many sentences with a loaded model (PyTorch, or a CTranslate2 export run by serving/), in batches by
 length, with the checks every translating caller makes before any work starts."""
 
+import functools
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -154,12 +155,16 @@ def output_room(model, lengths: list[int], paper_decoding: bool, generate_kwargs
     return [cap] * len(lengths)
 
 
-def prefix_ids(tokenizer, target_prefixes: Sequence[str] | None, room: list[int]) -> list[list[int]] | None:
+def prefix_ids(
+    tokenizer, target_prefixes: Sequence[str] | None, room: Callable[[], list[int]]
+) -> list[list[int]] | None:
     """The token ids of each target prefix ("" for none: no ids), as the start of a translation (`text_target`,
     without `</s>`); None for no prefixes. Refuses (InputError) a count other than one a sentence, and a prefix that
-    leaves its translation no room to go on within its `room` of tokens (it would come back cut)."""
+    leaves its translation no room to go on within the tokens `room()` allows each sentence (it would come back
+    cut)."""
     if target_prefixes is None:
         return None
+    room = room()
     sentences = len(room)
     if isinstance(target_prefixes, str) or len(target_prefixes) != sentences:
         shown = "a str" if isinstance(target_prefixes, str) else f"{len(target_prefixes)} prefixes"
@@ -196,7 +201,8 @@ def translate(
     checked by `plan_batches`; decoded with Section 6.1's beam search unless `paper_decoding=False`. With
     `target_prefixes` (one a sentence, "" for none), each translation starts with its prefix's tokens."""
     lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
-    prefixes = prefix_ids(tokenizer, target_prefixes, output_room(model, lengths, paper_decoding, generate_kwargs))
+    room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
+    prefixes = prefix_ids(tokenizer, target_prefixes, room)
     translations = [None] * len(sentences)
     for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
         if prefixes is not None:
@@ -242,7 +248,8 @@ def translate_nbest(
             "nbest beams: an n-best list holds the search's finished hypotheses"
         )
     lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
-    prefixes = prefix_ids(tokenizer, target_prefixes, output_room(model, lengths, paper_decoding, generate_kwargs))
+    room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
+    prefixes = prefix_ids(tokenizer, target_prefixes, room)
     results = [None] * len(sentences)
     for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
         if prefixes is not None:
