@@ -56,3 +56,19 @@ def test_evaluate_prints_bleu_chrf_and_ter_with_their_signatures(checkpoint, tmp
                                  ("TER", "ter", "ter_signature")):  # fmt: skip
         assert scores[key] == pytest.approx(expected[name]) and scores[signature] == signatures[name], name
     assert f"{scores['tokenized_bleu']:.2f} ({scores['tokenized_bleu_signature']})" in tokenized_line
+
+
+def test_token_batches_score_the_same_translations(checkpoint, tmp_path, capsys):
+    """--max_tokens batches by padded source tokens; the translations are those of batches of sentences, in order."""
+    _, by_sentences = evaluate(checkpoint, REFERENCES, tmp_path / "sentences", capsys)
+    folder = tmp_path / "tokens"
+    folder.mkdir()
+    (folder / "source.en").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
+    (folder / "reference.de").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
+    arguments = [checkpoint, "--source", folder / "source.en", "--reference", folder / "reference.de"]
+    evaluate_command.main([str(a) for a in [*arguments, "--output", folder / "output.de", "--max_tokens", 20]])
+    assert (folder / "output.de").read_text(encoding="utf-8").split("\n")[:-1] == by_sentences
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        evaluate_command.main([str(a) for a in [*arguments, "--max_tokens", 3]])
+    assert refused.value.code == 2 and "more than --max_tokens 3" in capsys.readouterr().err

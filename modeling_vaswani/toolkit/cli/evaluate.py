@@ -20,7 +20,7 @@ from ..evaluation.translate import InputError, input_token_limit, translate, wri
 from ..outputs import atomic_text
 from ..runtime import apply_process_settings
 from ..serving.engines import ENGINES, load_translator
-from .arguments import check_output_path, positive_int
+from .arguments import add_batch_arguments, check_output_path, positive_int
 from .shell import command
 
 
@@ -34,7 +34,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     parser.add_argument("--reference", help="reference translations (default: Multi30k test2016 in --target_lang)")
     parser.add_argument("--source_lang", default="en", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
     parser.add_argument("--target_lang", default="de", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
-    parser.add_argument("--batch_size", type=positive_int, default=64, help="sentences per batch")
+    add_batch_arguments(parser)
     parser.add_argument(
         "--max_input_tokens",
         type=positive_int,
@@ -69,7 +69,9 @@ def main(argv=None):
     model, tokenizer = load_translator(arguments.model, engine=arguments.engine)
     limit = input_token_limit(model, arguments.max_input_tokens)
     try:
-        hypotheses = translate(model, tokenizer, sources, batch_size=arguments.batch_size, max_input_tokens=limit)
+        hypotheses = translate(
+            model, tokenizer, sources, arguments.batch_size, max_input_tokens=limit, max_tokens=arguments.max_tokens
+        )
     except InputError as error:
         raise InputError(f"{source}, one sentence a line: {error}") from None
     if arguments.output:
