@@ -31,8 +31,15 @@ def main(argv=None):
         )
         print(f"chrF2 {test['chrf']:.2f} ({test['chrf_signature']})")
         print(f"TER {test['ter']:.2f} ({test['ter_signature']})")
+    best = results.get("best")
+    if best:  # --early_stopping_patience: the best checkpoint, kept and scored beside the model
+        scores = f", test sacreBLEU {best['test']['sacrebleu']:.2f}, chrF2 {best['test']['chrf']:.2f}"
+        print(
+            f"best checkpoint: {results['best_dir']} (step {best['step']}, validation {best['metric']} "
+            f"{best['validation']:.2f}{scores})"
+        )
     print(f"model: {results['model_dir']}")
-    print(json.dumps({k: v for k, v in results.items() if k != "model_dir"}, indent=2), file=sys.stderr)
+    print(json.dumps({k: v for k, v in results.items() if not k.endswith("_dir")}, indent=2), file=sys.stderr)
     # Under torchrun or accelerate launch, leave the process group before exiting: its communication threads still
     # running at interpreter exit can abort a rank ("terminate called without an active exception") after the job.
     if torch.distributed.is_available() and torch.distributed.is_initialized():

@@ -42,6 +42,7 @@ from ..evaluation.metrics import bleu, chrf, translation_scores
 from ..evaluation.plotting import plot_training_curves
 from ..evaluation.translate import translate, write_lines
 from ..outputs import MODEL_OUTPUT, atomic_text, check_output_folder, move_files_into, save_into, write_text
+from .averaging import average_checkpoints
 from .presets import PRESETS, preset_config, preset_overrides
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
@@ -329,12 +330,23 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
     validation = data.get(data_args.validation_split)
     if validation is not None:
         validation = tokenize_pairs(validation, tokenizer, source_lang, target_lang, num_proc=workers)
+    elif training_args.early_stopping_patience is not None:
+        raise ValueError(
+            f"--early_stopping_patience stops on validation scores, but the data has no "
+            f"{data_args.validation_split!r} split; expected validation data (--validation_source_file and "
+            "--validation_target_file, or a split)"
+        )
     elif training_args.eval_strategy != IntervalStrategy.NO:
         logger.warning("no %r split to evaluate on: no evaluation during training", data_args.validation_split)
         training_args.eval_strategy = IntervalStrategy.NO
 
     if model_args.model_name_or_path:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
+        if not isinstance(model, VaswaniForConditionalGeneration):
+            raise ValueError(
+                f"--model_name_or_path {model_args.model_name_or_path} holds a {type(model).__name__}; expected a "
+                "checkpoint of this package's model (vaswani-convert turns a MarianMT or fairseq one into it)"
+            )
     else:
         config = preset_config(model_args.preset, tokenizer, **preset_overrides(model_args.dropout))
         model = VaswaniForConditionalGeneration(config)
@@ -348,19 +360,57 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
             logger.warning("no training loss was logged (logging_steps > steps run): no training_curves.png")
 
     final_dir = output_dir / "averaged" if training_args.average_last_checkpoints else output_dir
+    best_dir = keep_best_checkpoint(trainer, output_dir) if training_args.early_stopping_patience else None
     if trainer.is_world_process_zero() and data_args.test_split in data:
-        final_model = AutoModelForSeq2SeqLM.from_pretrained(final_dir).to(training_args.device)
         test = data[data_args.test_split]
-        results["test"] = translate_and_score(
-            final_model, tokenizer, test, data_args.test_split, data_args, final_dir, training_args.paper_decoding
-        )
+        for folder in (final_dir, best_dir):
+            if folder is None:
+                continue
+            model = AutoModelForSeq2SeqLM.from_pretrained(folder).to(training_args.device)
+            scores = translate_and_score(
+                model, tokenizer, test, data_args.test_split, data_args, folder, training_args.paper_decoding
+            )
+            if folder == final_dir:
+                results["test"] = scores
+            else:
+                results["best"] = best_checkpoint_summary(trainer, scores)
         results["test_set"] = describe_test_set(data_args)
         # Through the Trainer's loggers, so the final scores land in TensorBoard beside the training curves.
         trainer.log({f"{data_args.test_split}_{name}": results["test"][name] for name in ("sacrebleu", "chrf")})
         save_into(final_dir, tokenizer)
         write_text(final_dir / "results.json", json.dumps(results, indent=2) + "\n")
+        if best_dir is not None:  # its own summary, with its own test scores, for vaswani-push's model card
+            best_results = {**results, "test": results["best"]["test"]}
+            save_into(best_dir, tokenizer)
+            write_text(best_dir / "results.json", json.dumps(best_results, indent=2) + "\n")
     results["model_dir"] = str(final_dir)
+    if best_dir is not None:
+        results["best_dir"] = str(best_dir)
     return results
+
+
+def keep_best_checkpoint(trainer: VaswaniTrainer, output_dir: Path) -> Path | None:
+    """--early_stopping_patience: the best checkpoint by the validation score, copied into OUTPUT_DIR/best (the
+    Trainer's checkpoint-N folders rotate; this stays beside the averaged model)."""
+    best = trainer.state.best_model_checkpoint
+    if best is None:
+        logger.warning("no checkpoint was saved at an evaluation: no best checkpoint to keep")
+        return None
+    if trainer.is_world_process_zero():
+        average_checkpoints([Path(best)], output_dir / "best")  # the mean of one checkpoint: a copy, written aside
+    trainer.accelerator.wait_for_everyone()
+    return output_dir / "best"
+
+
+def best_checkpoint_summary(trainer: VaswaniTrainer, test_scores: dict) -> dict:
+    """What results.json says of the best checkpoint: where and when it was, and its validation and test scores."""
+    return {
+        "checkpoint": trainer.state.best_model_checkpoint,
+        "step": trainer.state.best_global_step,
+        "metric": trainer.args.metric_for_best_model,
+        "validation": trainer.state.best_metric,
+        "test": test_scores,
+    }
 
 
 def train_model(

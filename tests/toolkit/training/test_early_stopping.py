@@ -1,7 +1,10 @@
 """--early_stopping_patience: training stops after N evaluations without a better validation score, and the best
 checkpoint is kept wherever the regular checkpoints fall."""
 
+import json
+
 import pytest
+import torch
 from helpers.training_setup import tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -46,3 +49,32 @@ def test_early_stopping_without_evaluations_is_refused(tmp_path):
         VaswaniTrainingArguments(
             output_dir=str(tmp_path), early_stopping_patience=0, eval_strategy="steps", eval_steps=5
         )
+
+
+def test_the_recipe_keeps_the_best_checkpoint_beside_the_average_and_scores_both(checkpoint, tmp_path, capsys):
+    """vaswani-train --early_stopping_patience on the shipped data: an untrained model's validation sacreBLEU does not
+    improve on its first, so training stops at the second evaluation; the best is step 2's checkpoint."""
+    from safetensors.torch import load_file
+
+    from modeling_vaswani.toolkit.cli import train as train_command
+
+    output = tmp_path / "run"
+    train_command.main([
+        "--output_dir", str(output), "--tokenizer_name_or_path", str(checkpoint), "--max_train_samples", "300",
+        "--max_eval_samples", "6", "--max_validation_samples", "6", "--max_steps", "40", "--max_tokens", "400",
+        "--eval_steps", "2", "--save_steps", "3", "--average_last_checkpoints", "2", "--early_stopping_patience", "1",
+        "--report_to", "none", "--disable_tqdm", "true", "--use_cpu",
+    ])  # fmt: skip
+    printed = capsys.readouterr().out
+    results = json.loads((output / "averaged" / "results.json").read_text())
+    assert results["train"]["step"] == 4, results["train"]  # evaluations at 2 and 4: no better score at 4
+    best = results["best"]
+    assert (best["step"], best["metric"], best["checkpoint"]) == (2, "sacrebleu", str(output / "checkpoint-2"))
+    assert set(best["test"]) >= {"sacrebleu", "chrf", "ter"} and set(results["test"]) >= {"sacrebleu", "chrf"}
+    kept = load_file(output / "best" / "model.safetensors")
+    saved = load_file(output / "checkpoint-2" / "model.safetensors")
+    assert kept.keys() == saved.keys() and all(torch.equal(kept[key], saved[key]) for key in kept)
+    assert json.loads((output / "best" / "results.json").read_text())["test"] == best["test"]
+    assert (output / "best" / "tokenizer.json").is_file() and (output / "best" / "test.hyp.de").is_file()
+    assert f"best checkpoint: {output / 'best'} (step 2, validation sacrebleu" in printed
+    assert printed.strip().splitlines()[-1] == f"model: {output / 'averaged'}"

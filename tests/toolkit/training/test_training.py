@@ -309,3 +309,24 @@ def test_ablate_refuses_an_example_over_the_token_budget_before_any_line_is_trai
     argv += [*(value for pair in zip(files, map(str, paths), strict=True) for value in pair)]
     with pytest.raises(ValueError, match=rf"^training example at line 3 of {tmp_path / 'train.en'} and .* Expected"):
         ablation.run(*ablation.parse_arguments([*argv, "--output_dir", str(tmp_path / "ablation")]))
+
+
+def test_continuing_from_another_models_checkpoint_is_refused_before_training(checkpoint, tmp_path):
+    """A MarianMT checkpoint would train, then fail at the test set (its generate() has no paper decoding): refused
+    at once, with the converter to use."""
+    from transformers import MarianConfig, MarianMTModel
+
+    from modeling_vaswani.toolkit.training import recipe
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    marian = MarianMTModel(MarianConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
+                                        encoder_ffn_dim=32, decoder_ffn_dim=32, encoder_attention_heads=2,
+                                        decoder_attention_heads=2, pad_token_id=tokenizer.pad_token_id,
+                                        decoder_start_token_id=0))  # fmt: skip
+    marian.save_pretrained(tmp_path / "marian")
+    tokenizer.save_pretrained(tmp_path / "marian")
+    argv = ["--model_name_or_path", str(tmp_path / "marian"), "--output_dir", str(tmp_path / "run"),
+            "--max_train_samples", "50", "--report_to", "none", "--use_cpu"]  # fmt: skip
+    with pytest.raises(ValueError, match="holds a MarianMTModel; expected a checkpoint of this package's model"):
+        recipe.run(*recipe.parse_arguments(argv))
+    assert not list((tmp_path / "run").glob("checkpoint-*"))
