@@ -152,6 +152,24 @@ def _check_index(name: str, value: int, count: int, where: str) -> None:
 
 
 @torch.no_grad()
+def attention_maps(model, tokenizer, sentence: str, **generate_kwargs):
+    """`sentence` translated with the paper's decoding, then re-read with attention weights: the model's outputs
+    (`encoder_attentions`, `decoder_attentions`, `cross_attentions`: a (1, heads, queries, keys) tensor a layer), and
+    the source's and the decoder input's tokens as written (`token_labels`)."""
+    model.eval()
+    source = tokenizer(sentence, return_tensors="pt").to(model.device)
+    target = model.generate(**source, paper_decoding=True, **generate_kwargs)
+    # Maps need the eager kernel (SDPA computes no weights); the forward pass re-reads the translation.
+    previous = model.config._attn_implementation
+    model.set_attn_implementation("eager")
+    try:
+        outputs = model(**source, decoder_input_ids=target[:, :-1], output_attentions=True)
+    finally:
+        model.set_attn_implementation(previous)
+    return outputs, token_labels(tokenizer, source["input_ids"][0]), token_labels(tokenizer, target[0, :-1])
+
+
+@torch.no_grad()
 def plot_attention(
     model,
     tokenizer,
@@ -172,18 +190,7 @@ def plot_attention(
     unknown = set(kinds) - set(ATTENTION_KINDS)
     if unknown:
         raise ValueError(f"unknown attention kinds {sorted(unknown)}; expected some of {list(ATTENTION_KINDS)}")
-    model.eval()
-    source = tokenizer(sentence, return_tensors="pt").to(model.device)
-    target = model.generate(**source, paper_decoding=True)
-    # Maps need the eager kernel (SDPA computes no weights); the forward pass re-reads the translation.
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        outputs = model(**source, decoder_input_ids=target[:, :-1], output_attentions=True)
-    finally:
-        model.set_attn_implementation(previous)
-    source_labels = token_labels(tokenizer, source["input_ids"][0])
-    target_labels = token_labels(tokenizer, target[0, :-1])
+    outputs, source_labels, target_labels = attention_maps(model, tokenizer, sentence)
     labels = {"encoder": (source_labels, source_labels), "decoder": (target_labels, target_labels)}
     labels["cross"] = (target_labels, source_labels)
     figures = {}  # file name: attention_figure's arguments, every choice checked before anything is written

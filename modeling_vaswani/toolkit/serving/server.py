@@ -1,0 +1,246 @@
+"""vaswani-serve's HTTP API: translate, score and attention on models loaded once, requests that arrive together
+translated together (a short collection window, a token budget a batch), the checks of the commands, 4xx JSON errors.
+
+Built on FastAPI (Starlette) and run by uvicorn, the `serve` extra. The model work runs on one worker thread, so the
+event loop keeps accepting requests while a batch is translated; requests of the same options that arrive within
+`window` seconds of each other share a batch.
+"""
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+try:
+    from fastapi import FastAPI, Request
+    from fastapi.exceptions import RequestValidationError
+    from fastapi.responses import JSONResponse
+    from pydantic import BaseModel, ConfigDict, Field
+except ImportError as error:
+    raise ImportError(
+        f"FastAPI is not installed ({error}); vaswani-serve needs it: pip install modeling_vaswani[serve]"
+    ) from error
+
+from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
+from ..evaluation.scoring import score
+from ..evaluation.translate import InputError, check_sentences, translate, translate_nbest
+
+MAX_TEXTS = 256  # sentences a request may hold
+
+
+class Options(BaseModel):
+    """What a translation request may set, as vaswani-translate's flags do."""
+
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = Field(None, description="a served model's name (default: the first)")
+    num_beams: Annotated[int, Field(ge=1, le=32)] | None = None
+    paper_decoding: bool = True
+    nbest: Annotated[int, Field(ge=1, le=32)] | None = None
+    max_new_tokens: Annotated[int, Field(ge=1)] | None = None
+
+
+class TranslateRequest(Options):
+    text: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_TEXTS)] | str
+    target_prefix: list[str] | str | None = None
+
+
+class ScoreRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    source: Annotated[list[str], Field(min_length=1, max_length=MAX_TEXTS)]
+    target: Annotated[list[str], Field(min_length=1, max_length=MAX_TEXTS)]
+
+
+class AttentionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    text: Annotated[str, Field(min_length=1)]
+
+
+@dataclass
+class Job:
+    """One request's sentences and options, waiting for the worker; `done` is set on the event loop's side."""
+
+    key: tuple
+    sentences: list[str]
+    prefixes: list[str] | None
+    done: Callable[[Any, BaseException | None], None]
+    tokens: int = 0
+    arrived: float = field(default_factory=time.monotonic)
+
+
+class Batcher:
+    """Collects the jobs that arrive within `window` seconds (up to `max_tokens` source tokens) and translates those
+    of the same options as one batch, on one worker thread. Written by hand: no ASGI library batches requests."""
+
+    def __init__(self, run: Callable[[tuple, list[str], list[str] | None], list], window: float, max_tokens: int):
+        self.run, self.window, self.max_tokens = run, window, max_tokens
+        self.jobs: list[Job] = []
+        self.ready = threading.Condition()
+        self.batches = 0
+        threading.Thread(target=self.work, daemon=True, name="vaswani-serve-worker").start()
+
+    def submit(self, job: Job) -> None:
+        with self.ready:
+            self.jobs.append(job)
+            self.ready.notify()
+
+    def work(self) -> None:
+        while True:
+            with self.ready:
+                while not self.jobs:
+                    self.ready.wait()
+                first = self.jobs[0]
+            time.sleep(max(0.0, first.arrived + self.window - time.monotonic()))
+            with self.ready:
+                taken, budget = [], self.max_tokens
+                for job in list(self.jobs):
+                    if job.key == first.key and (not taken or job.tokens <= budget):
+                        taken.append(job)
+                        budget -= job.tokens
+                        self.jobs.remove(job)
+            self.batches += 1
+            sentences = [s for job in taken for s in job.sentences]
+            prefixes = None
+            if any(job.prefixes is not None for job in taken):
+                prefixes = [p for job in taken for p in (job.prefixes or [""] * len(job.sentences))]
+            try:
+                outputs = self.run(first.key, sentences, prefixes)
+                error = None
+            except BaseException as failure:  # handed to each request, which answers with it
+                outputs, error = None, failure
+            start = 0
+            for job in taken:
+                part = None if outputs is None else outputs[start : start + len(job.sentences)]
+                start += len(job.sentences)
+                job.done(part, error)
+
+
+def error_response(status: int, field_name: str, message: str) -> JSONResponse:
+    return JSONResponse(status_code=status, content={"error": {"field": field_name, "message": message}})
+
+
+def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> FastAPI:
+    """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default)."""
+    names = list(models)
+    app = FastAPI(title="vaswani-serve", description="Attention Is All You Need, translating")
+
+    def chosen(name: str | None):
+        if name is None:
+            return names[0]
+        if name not in models:
+            raise LookupError(name)
+        return name
+
+    def run(key: tuple, sentences: list[str], prefixes: list[str] | None) -> list:
+        name, num_beams, paper_decoding, nbest, max_new_tokens = key
+        model, tokenizer = models[name]
+        settings = {"paper_decoding": paper_decoding, "max_tokens": max_tokens, "progress": False}
+        settings |= {k: v for k, v in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)) if v}
+        if nbest:
+            lists = translate_nbest(model, tokenizer, sentences, nbest, target_prefixes=prefixes, **settings)
+            return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
+        return translate(model, tokenizer, sentences, target_prefixes=prefixes, **settings)
+
+    batcher = Batcher(run, window, max_tokens)
+    app.state.batcher = batcher
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, error: RequestValidationError):
+        first = error.errors()[0]
+        if first.get("type") == "json_invalid":
+            context = first.get("ctx", {}).get("error", "")
+            return error_response(400, "body", f"the body is not valid JSON ({context}); expected a JSON object")
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
+        return error_response(422, where, f"{first.get('msg')}; got {first.get('input')!r}"[:500])
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": names, "batches": batcher.batches}
+
+    @app.post("/translate")
+    async def translate_endpoint(request: TranslateRequest):
+        try:
+            name = chosen(request.model)
+        except LookupError:
+            return error_response(404, "model", f"no model named {request.model!r}; expected one of {names}")
+        single = isinstance(request.text, str)
+        sentences = [request.text] if single else request.text
+        prefixes = request.target_prefix
+        if isinstance(prefixes, str):
+            prefixes = [prefixes]
+        if prefixes is not None and len(prefixes) != len(sentences):
+            return error_response(
+                422, "target_prefix", f"{len(prefixes)} prefixes for {len(sentences)} texts; expected one a text"
+            )
+        model, tokenizer = models[name]
+        try:
+            lengths = check_sentences(tokenizer, sentences, model.config.max_position_embeddings)
+        except InputError as refused:
+            return error_response(422, "text", str(refused))
+        if max(lengths) > max_tokens:
+            return error_response(
+                422, "text", f"a text of {max(lengths)} tokens is more than the server's batch of {max_tokens}"
+            )
+        key = (name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def done(outputs, failure):
+            loop.call_soon_threadsafe(lambda: future.set_exception(failure) if failure else future.set_result(outputs))
+
+        batcher.submit(Job(key, sentences, prefixes, done, tokens=sum(lengths)))
+        try:
+            outputs = await future
+        except ValueError as refused:  # the checks of translate() and generate(): the request's own fault
+            return error_response(422, "body", str(refused))
+        return {"model": name, "translations": outputs[0] if single else outputs}
+
+    @app.post("/score")
+    async def score_endpoint(request: ScoreRequest):
+        try:
+            name = chosen(request.model)
+        except LookupError:
+            return error_response(404, "model", f"no model named {request.model!r}; expected one of {names}")
+        if len(request.source) != len(request.target):
+            return error_response(
+                422, "target", f"{len(request.target)} targets for {len(request.source)} sources; expected one each"
+            )
+        model, tokenizer = models[name]
+        try:
+            scores = await asyncio.to_thread(
+                score, model, tokenizer, request.source, request.target, max_tokens=max_tokens, progress=False,
+                max_input_tokens=model.config.max_position_embeddings,
+            )  # fmt: skip
+        except ValueError as refused:
+            return error_response(422, "body", str(refused))
+        return {
+            "model": name,
+            "scores": [
+                {"total": s.total, "mean": s.mean, "tokens": s.tokens, "log_probs": s.log_probs} for s in scores
+            ],
+        }
+
+    @app.post("/attention")
+    async def attention_endpoint(request: AttentionRequest):
+        try:
+            name = chosen(request.model)
+        except LookupError:
+            return error_response(404, "model", f"no model named {request.model!r}; expected one of {names}")
+        model, tokenizer = models[name]
+        if not hasattr(model, "set_attn_implementation"):
+            return error_response(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
+        try:
+            check_sentences(tokenizer, [request.text], model.config.max_position_embeddings)
+        except InputError as refused:
+            return error_response(422, "text", str(refused))
+        outputs, source, target = await asyncio.to_thread(attention_maps, model, tokenizer, request.text)
+        maps = {
+            kind: [layer[0].tolist() for layer in getattr(outputs, field_name)]
+            for kind, (field_name, _) in ATTENTION_KINDS.items()
+        }
+        return {"model": name, "source_tokens": source, "target_tokens": target, **maps}
+
+    return app
