@@ -11,12 +11,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated, Any
 
 try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import HTMLResponse, JSONResponse
     from pydantic import BaseModel, ConfigDict, Field
 except ImportError as error:
     raise ImportError(
@@ -28,6 +29,7 @@ from ..evaluation.scoring import score
 from ..evaluation.translate import InputError, check_sentences, translate, translate_nbest
 
 MAX_TEXTS = 256  # sentences a request may hold
+PAGE = Path(__file__).with_name("page.html")  # the page at /: self-contained, it talks only to this server
 
 
 class Options(BaseModel):
@@ -155,6 +157,10 @@ def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> Fa
             return error_response(400, "body", f"the body is not valid JSON ({context}); expected a JSON object")
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
         return error_response(422, where, f"{first.get('msg')}; got {first.get('input')!r}"[:500])
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page():
+        return PAGE.read_text(encoding="utf-8")
 
     @app.get("/health")
     async def health():

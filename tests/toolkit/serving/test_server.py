@@ -2,14 +2,11 @@
 translations equal vaswani-translate's library, concurrent clients all answered and batched, bad requests 4xx."""
 
 import json
-import subprocess
 import threading
-import time
 import urllib.error
 import urllib.request
 
 import pytest
-from helpers.training_setup import command, free_port, tiny_checkpoint
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -18,31 +15,6 @@ from modeling_vaswani.toolkit.evaluation.translate import translate  # noqa: E40
 from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
 
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl sings."]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def server(checkpoint):
-    port = free_port()
-    process = subprocess.Popen(
-        [*command("serve"), str(checkpoint), "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1):
-                break
-        except OSError:
-            assert process.poll() is None, process.stdout.read().decode()
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
 
 
 def post(url: str, body) -> tuple[int, dict]:

@@ -1,0 +1,58 @@
+"""The page vaswani-serve serves, driven in a real headless Chromium (Selenium with Debian's chromium and
+chromium-driver): type sentences, read the translations, open one's attention and check a layer's heads are drawn."""
+
+import shutil
+
+import pytest
+from test_server import SENTENCES, post
+
+webdriver = pytest.importorskip("selenium.webdriver")
+if not (shutil.which("chromium") and shutil.which("chromedriver")):
+    pytest.skip(
+        "no Chromium: apt-get install chromium chromium-driver (and pip install selenium) to run the page's tests",
+        allow_module_level=True,
+    )
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium")
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(argument)
+    service = webdriver.ChromeService(executable_path=shutil.which("chromedriver"))
+    driver = webdriver.Chrome(options=options, service=service)
+    yield driver
+    driver.quit()
+
+
+def test_the_page_translates_and_draws_every_head_of_a_layer(server, browser, tmp_path):
+    browser.get(server + "/")
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys("\n".join(SENTENCES[:2]))
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 120).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#translations li")) == 2)
+    shown = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#translations li")]
+    _, answer = post(f"{server}/translate", {"text": SENTENCES[:2]})
+    assert shown == [text.strip() for text in answer["translations"]]
+
+    browser.find_elements(By.CSS_SELECTOR, "#translations li")[0].click()
+    WebDriverWait(browser, 120).until(lambda b: b.find_elements(By.CSS_SELECTOR, "canvas.map"))
+    _, maps = post(f"{server}/attention", {"text": SENTENCES[0]})
+    heads = len(maps["encoder"][-1])
+    canvases = browser.find_elements(By.CSS_SELECTOR, "canvas.map")
+    assert len(canvases) == heads  # every head of the layer, side by side
+    # Drawn: the map's cells hold colour (a blank canvas reads all zeros).
+    painted = browser.execute_script(
+        "const c = arguments[0]; const d = c.getContext('2d').getImageData(90, 90, 10, 10).data;"
+        "return Array.from(d).some(v => v > 0);",
+        canvases[0],
+    )
+    assert painted
+    for number in range(3):  # encoder, decoder, encoder-decoder attention; draw() rebuilds the buttons
+        browser.find_elements(By.CSS_SELECTOR, "#kinds button")[number].click()
+        assert len(browser.find_elements(By.CSS_SELECTOR, "canvas.map")) == heads
+    browser.save_screenshot(str(tmp_path / "page.png"))
