@@ -1,6 +1,6 @@
-"""Serves models over HTTP: JSON endpoints to translate, score and show attention (work in progress, issue 31).
+"""Serves models over HTTP: JSON endpoints to translate, score and show attention, and a page to look at it.
 
-vaswani-serve runs/small/averaged                 # http://127.0.0.1:8000/health, POST /translate {"text": "..."}
+vaswani-serve runs/small/averaged                 # open http://127.0.0.1:8000; POST /translate {"text": "..."}
 vaswani-serve runs/small/averaged runs/en-fr/averaged --port 8080
 """
 

@@ -1,9 +1,9 @@
 """vaswani-serve's HTTP API: translate, score and attention on models loaded once, requests that arrive together
 translated together (a short collection window, a token budget a batch), the checks of the commands, 4xx JSON errors.
 
-Built on FastAPI (Starlette) and run by uvicorn, the `serve` extra. The model work runs on one worker thread, so the
-event loop keeps accepting requests while a batch is translated; requests of the same options that arrive within
-`window` seconds of each other share a batch.
+Built on FastAPI (Starlette) and run by uvicorn, the `serve` extra; fastapi-offline serves /docs without a CDN. The
+model work runs on one worker thread, so the event loop keeps accepting requests while a batch is translated; requests
+of the same options that arrive within `window` seconds of each other share a batch.
 """
 
 import asyncio
@@ -14,19 +14,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import torch
+
 try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi_offline import FastAPIOffline
     from pydantic import BaseModel, ConfigDict, Field
 except ImportError as error:
     raise ImportError(
-        f"FastAPI is not installed ({error}); vaswani-serve needs it: pip install modeling_vaswani[serve]"
+        f"the serve extra is not installed ({error}); vaswani-serve needs it: pip install modeling_vaswani[serve]"
     ) from error
 
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
 from ..evaluation.scoring import score
-from ..evaluation.translate import InputError, check_sentences, translate, translate_nbest
+from ..evaluation.translate import InputError, check_sentences, input_token_limit, translate, translate_nbest
 
 MAX_TEXTS = 256  # sentences a request may hold
 PAGE = Path(__file__).with_name("page.html")  # the page at /: self-contained, it talks only to this server
@@ -120,6 +123,14 @@ class Batcher:
                 job.done(part, error)
 
 
+class Refused(Exception):
+    """A request the server will not run: answered with `status` and the JSON error naming `field`."""
+
+    def __init__(self, status: int, field_name: str, message: str):
+        super().__init__(message)
+        self.status, self.field_name, self.message = status, field_name, message
+
+
 def error_response(status: int, field_name: str, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": {"field": field_name, "message": message}})
 
@@ -127,14 +138,22 @@ def error_response(status: int, field_name: str, message: str) -> JSONResponse:
 def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> FastAPI:
     """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default)."""
     names = list(models)
-    app = FastAPI(title="vaswani-serve", description="Attention Is All You Need, translating")
+    # FastAPIOffline: FastAPI whose /docs and /redoc take Swagger UI and ReDoc from its own package, not a CDN.
+    app = FastAPIOffline(title="vaswani-serve", description="Attention Is All You Need, translating")
 
-    def chosen(name: str | None):
-        if name is None:
-            return names[0]
+    def chosen(name: str | None) -> tuple[str, Any, Any]:
+        """The served model named `name` (None: the first), with its tokenizer."""
+        name = names[0] if name is None else name
         if name not in models:
-            raise LookupError(name)
-        return name
+            raise Refused(404, "model", f"no model named {name!r}; expected one of {names}")
+        return name, *models[name]
+
+    def checked(model, tokenizer, texts: list[str], field_name: str, side: str = "source") -> list[int]:
+        """The texts' lengths in tokens, after the commands' checks (empty, longer than the model's positions)."""
+        try:
+            return check_sentences(tokenizer, texts, input_token_limit(model, None), side=side)
+        except InputError as refused:
+            raise Refused(422, field_name, str(refused)) from refused
 
     def run(key: tuple, sentences: list[str], prefixes: list[str] | None) -> list:
         name, num_beams, paper_decoding, nbest, max_new_tokens = key
@@ -148,6 +167,10 @@ def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> Fa
 
     batcher = Batcher(run, window, max_tokens)
     app.state.batcher = batcher
+
+    @app.exception_handler(Refused)
+    async def refused(request: Request, error: Refused):
+        return error_response(error.status, error.field_name, error.message)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError):
@@ -168,26 +191,17 @@ def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> Fa
 
     @app.post("/translate")
     async def translate_endpoint(request: TranslateRequest):
-        try:
-            name = chosen(request.model)
-        except LookupError:
-            return error_response(404, "model", f"no model named {request.model!r}; expected one of {names}")
+        name, model, tokenizer = chosen(request.model)
         single = isinstance(request.text, str)
         sentences = [request.text] if single else request.text
-        prefixes = request.target_prefix
-        if isinstance(prefixes, str):
-            prefixes = [prefixes]
+        prefixes = [request.target_prefix] if isinstance(request.target_prefix, str) else request.target_prefix
         if prefixes is not None and len(prefixes) != len(sentences):
-            return error_response(
+            raise Refused(
                 422, "target_prefix", f"{len(prefixes)} prefixes for {len(sentences)} texts; expected one a text"
             )
-        model, tokenizer = models[name]
-        try:
-            lengths = check_sentences(tokenizer, sentences, model.config.max_position_embeddings)
-        except InputError as refused:
-            return error_response(422, "text", str(refused))
+        lengths = checked(model, tokenizer, sentences, "text")
         if max(lengths) > max_tokens:
-            return error_response(
+            raise Refused(
                 422, "text", f"a text of {max(lengths)} tokens is more than the server's batch of {max_tokens}"
             )
         key = (name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
@@ -201,27 +215,24 @@ def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> Fa
         try:
             outputs = await future
         except ValueError as refused:  # the checks of translate() and generate(): the request's own fault
-            return error_response(422, "body", str(refused))
+            raise Refused(422, "body", str(refused)) from refused
         return {"model": name, "translations": outputs[0] if single else outputs}
 
     @app.post("/score")
     async def score_endpoint(request: ScoreRequest):
-        try:
-            name = chosen(request.model)
-        except LookupError:
-            return error_response(404, "model", f"no model named {request.model!r}; expected one of {names}")
+        name, model, tokenizer = chosen(request.model)
         if len(request.source) != len(request.target):
-            return error_response(
+            raise Refused(
                 422, "target", f"{len(request.target)} targets for {len(request.source)} sources; expected one each"
             )
-        model, tokenizer = models[name]
+        checked(model, tokenizer, request.source, "source")
+        checked(model, tokenizer, request.target, "target", side="target")
         try:
             scores = await asyncio.to_thread(
-                score, model, tokenizer, request.source, request.target, max_tokens=max_tokens, progress=False,
-                max_input_tokens=model.config.max_position_embeddings,
-            )  # fmt: skip
-        except ValueError as refused:
-            return error_response(422, "body", str(refused))
+                score, model, tokenizer, request.source, request.target, max_tokens=max_tokens, progress=False
+            )
+        except ValueError as refused:  # a pair longer than the server's batch
+            raise Refused(422, "body", str(refused)) from refused
         return {
             "model": name,
             "scores": [
@@ -231,17 +242,10 @@ def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> Fa
 
     @app.post("/attention")
     async def attention_endpoint(request: AttentionRequest):
-        try:
-            name = chosen(request.model)
-        except LookupError:
-            return error_response(404, "model", f"no model named {request.model!r}; expected one of {names}")
-        model, tokenizer = models[name]
-        if not hasattr(model, "set_attn_implementation"):
-            return error_response(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
-        try:
-            check_sentences(tokenizer, [request.text], model.config.max_position_embeddings)
-        except InputError as refused:
-            return error_response(422, "text", str(refused))
+        name, model, tokenizer = chosen(request.model)
+        if not isinstance(model, torch.nn.Module):
+            raise Refused(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
+        checked(model, tokenizer, [request.text], "text")
         outputs, source, target = await asyncio.to_thread(attention_maps, model, tokenizer, request.text)
         maps = {
             kind: [layer[0].tolist() for layer in getattr(outputs, field_name)]

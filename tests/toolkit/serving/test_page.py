@@ -56,3 +56,20 @@ def test_the_page_translates_and_draws_every_head_of_a_layer(server, browser, tm
         browser.find_elements(By.CSS_SELECTOR, "#kinds button")[number].click()
         assert len(browser.find_elements(By.CSS_SELECTOR, "canvas.map")) == heads
     browser.save_screenshot(str(tmp_path / "page.png"))
+
+
+def test_the_api_docs_render_offline(server, browser):
+    """Swagger UI at /docs draws every endpoint with this server's own copy of its scripts (the browser reaches nothing
+    else: the machine is offline, and a CDN's script would leave the page blank)."""
+    browser.get(server + "/docs")
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, ".opblock-summary-path"))
+    paths = {element.text.strip() for element in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+    assert {"/translate", "/score", "/attention", "/health"} <= paths, paths
+
+
+def test_the_page_loads_nothing_from_elsewhere(server, browser):
+    browser.get(server + "/")
+    loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert all(url.startswith(server) for url in loaded), loaded
+    html = browser.page_source
+    assert "<script src" not in html and "<link" not in html

@@ -2,16 +2,18 @@
 translations equal vaswani-translate's library, concurrent clients all answered and batched, bad requests 4xx."""
 
 import json
+import re
 import threading
 import urllib.error
 import urllib.request
 
 import pytest
+import torch
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from modeling_vaswani.toolkit.evaluation.translate import translate  # noqa: E402
+from modeling_vaswani.toolkit.evaluation.translate import translate, translate_nbest  # noqa: E402
 from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
 
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl sings."]
@@ -34,6 +36,138 @@ def test_translations_are_the_librarys(server, checkpoint):
     assert status == 200 and body["translations"] == expected
     status, body = post(f"{server}/translate", {"text": SENTENCES[0], "max_new_tokens": 8})
     assert status == 200 and body["translations"] == expected[0]
+
+
+def get(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=60) as response:
+        return response.status, response.read()
+
+
+OPTIONS = {  # each request's options, as the library's keyword arguments
+    "stock beam search": {"num_beams": 2, "paper_decoding": False},
+    "greedy": {"num_beams": 1},
+    "n-best": {"num_beams": 3, "nbest": 3},
+    "prefixes": {"target_prefix": ["Ein", "", "Ein Mädchen"]},
+}
+
+
+@pytest.mark.parametrize("engine", ["pytorch", "ctranslate2"])
+@pytest.mark.parametrize("options", OPTIONS.values(), ids=OPTIONS.keys())
+def test_options_give_the_librarys_translations(server, checkpoint, exported, engine, options):
+    if engine == "ctranslate2" and exported is None:
+        pytest.skip("CTranslate2 is not installed (pip install modeling_vaswani[ctranslate2])")
+    name = str(checkpoint if engine == "pytorch" else exported)
+    model, tokenizer = load_translator(name)
+    settings = {k: v for k, v in options.items() if k not in ("nbest", "target_prefix")}
+    prefixes = options.get("target_prefix")
+    if "nbest" in options:
+        lists = translate_nbest(
+            model, tokenizer, SENTENCES, options["nbest"], max_new_tokens=8, progress=False, **settings
+        )
+        expected = [[(h.text, pytest.approx(h.score, abs=1e-4)) for h in hypotheses] for hypotheses in lists]
+    else:
+        expected = translate(
+            model, tokenizer, SENTENCES, target_prefixes=prefixes, max_new_tokens=8, progress=False, **settings
+        )
+    status, body = post(f"{server}/translate", {"text": SENTENCES, "model": name, "max_new_tokens": 8, **options})
+    assert status == 200, body
+    got = body["translations"]
+    if "nbest" in options:
+        got = [[(h["translation"], h["score"]) for h in hypotheses] for hypotheses in got]
+    assert got == expected
+    if prefixes:
+        assert all(text.startswith(prefix) for text, prefix in zip(got, prefixes, strict=True))
+
+
+def forward_log_probs(model, tokenizer, source: str, target: str) -> float:
+    """log P(target | source): one forward pass, written here apart from scoring.score."""
+    batch = tokenizer(source, text_target=target, return_tensors="pt")
+    with torch.no_grad():
+        logits = model(input_ids=batch["input_ids"], labels=batch["labels"]).logits
+    return logits.log_softmax(-1)[0].gather(-1, batch["labels"][0][:, None]).sum().item()
+
+
+@pytest.mark.parametrize("engine", ["pytorch", "ctranslate2"])
+def test_scores_are_a_forward_pass(server, checkpoint, exported, engine):
+    if engine == "ctranslate2" and exported is None:
+        pytest.skip("CTranslate2 is not installed (pip install modeling_vaswani[ctranslate2])")
+    model, tokenizer = load_translator(str(checkpoint))
+    model.eval()
+    targets = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen singt."]
+    name = str(checkpoint if engine == "pytorch" else exported)
+    status, body = post(f"{server}/score", {"source": SENTENCES, "target": targets, "model": name})
+    assert status == 200, body
+    for scored, source, target in zip(body["scores"], SENTENCES, targets, strict=True):
+        assert scored["total"] == pytest.approx(forward_log_probs(model, tokenizer, source, target), abs=1e-3)
+        assert len(scored["log_probs"]) == len(scored["tokens"]) == len(tokenizer(text_target=target)["input_ids"])
+
+
+def test_attention_is_equation_1(server, checkpoint):
+    """Every head of every layer against softmax(QK^T / sqrt(d_k)) computed here from the layer's inputs."""
+    model, tokenizer = load_translator(str(checkpoint))
+    model.eval()
+    status, body = post(f"{server}/attention", {"text": SENTENCES[0]})
+    assert status == 200, body
+    source = tokenizer(SENTENCES[0], return_tensors="pt")
+    with torch.no_grad():
+        target = model.generate(**source, paper_decoding=True)[:, :-1]
+    assert len(body["source_tokens"]) == source["input_ids"].shape[1]
+    assert len(body["target_tokens"]) == target.shape[1]
+    inputs = {}  # each attention module's query and key inputs, caught on their way in
+    hooks = [
+        module.register_forward_pre_hook(
+            lambda module, args, kwargs, name=name: inputs.__setitem__(
+                name, (args[0] if args else kwargs["hidden_states"], kwargs.get("key_value_states"))
+            ),
+            with_kwargs=True,
+        )
+        for name, module in model.named_modules()
+        if name.endswith(("self_attn", "cross_attn"))
+    ]
+    with torch.no_grad():
+        model(**source, decoder_input_ids=target)
+    for hook in hooks:
+        hook.remove()
+    stacks = {
+        "encoder": ("encoder", "self_attn"),
+        "decoder": ("decoder", "self_attn"),
+        "cross": ("decoder", "cross_attn"),
+    }
+    config = model.config
+    for kind, (stack, attention) in stacks.items():
+        assert len(body[kind]) == config.num_layers if hasattr(config, "num_layers") else True
+        for layer, maps in enumerate(body[kind]):
+            module = model.get_submodule(f"model.{stack}.layers.{layer}.{attention}")
+            queries, keys = inputs[f"model.{stack}.layers.{layer}.{attention}"]
+            keys = queries if keys is None else keys
+            with torch.no_grad():
+                q = module.w_q(queries)[0].view(queries.shape[1], config.num_heads, -1).transpose(0, 1)
+                k = module.w_k(keys)[0].view(keys.shape[1], config.num_heads, -1).transpose(0, 1)
+                logits = q @ k.transpose(1, 2) / config.d_k**0.5
+                if kind == "decoder":  # Section 3.2.3: no position attends to later ones
+                    logits = logits.masked_fill(torch.ones_like(logits[0]).triu(1).bool(), float("-inf"))
+            expected = logits.softmax(-1)
+            assert torch.allclose(torch.tensor(maps), expected, atol=1e-5), (kind, layer)
+
+
+def test_a_ctranslate2_export_has_no_attention_to_show(server, exported):
+    if exported is None:
+        pytest.skip("CTranslate2 is not installed (pip install modeling_vaswani[ctranslate2])")
+    status, body = post(f"{server}/attention", {"text": SENTENCES[0], "model": str(exported)})
+    assert (status, body["error"]["field"]) == (422, "model"), body
+
+
+def test_docs_are_served_without_a_cdn(server):
+    """/docs's Swagger UI takes its script and style from this server: nothing downloaded, offline as users are."""
+    status, page = get(f"{server}/docs")
+    assert status == 200
+    sources = re.findall(r"(?:src|href)=[\"']([^\"']+)", page.decode())
+    assert any(source.endswith("swagger-ui-bundle.js") for source in sources), sources
+    for source in sources:
+        assert source.startswith("/"), f"/docs loads {source} from elsewhere"
+        assert get(server + source)[0] == 200
+    status, schema = get(f"{server}/openapi.json")
+    assert {"/translate", "/score", "/attention", "/health"} <= set(json.loads(schema)["paths"])
 
 
 def test_concurrent_clients_are_answered_and_batched(server, checkpoint):
@@ -73,4 +207,22 @@ def test_concurrent_clients_are_answered_and_batched(server, checkpoint):
 )
 def test_bad_requests_get_a_4xx_naming_the_field(server, body, status, field_name):
     got, answer = post(f"{server}/translate", body)
+    assert (got, answer["error"]["field"]) == (status, field_name), answer
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "field_name"),
+    [
+        ("score", {"source": ["A dog."], "target": ["Ein Hund.", "Eine Katze."]}, 422, "target"),
+        ("score", {"source": ["A dog."], "target": [" "]}, 422, "target"),
+        ("score", {"source": [""], "target": ["Ein Hund."]}, 422, "source"),
+        ("score", {"source": ["A dog."], "target": ["Ein Hund."], "model": "nowhere"}, 404, "model"),
+        ("score", {"source": "A dog.", "target": ["Ein Hund."]}, 422, "source"),
+        ("attention", {"text": ""}, 422, "text"),
+        ("attention", {"text": "dog " * 5000}, 422, "text"),
+        ("attention", {"text": ["A dog."]}, 422, "text"),
+    ],
+)
+def test_bad_score_and_attention_requests_get_a_4xx(server, path, body, status, field_name):
+    got, answer = post(f"{server}/{path}", body)
     assert (got, answer["error"]["field"]) == (status, field_name), answer
