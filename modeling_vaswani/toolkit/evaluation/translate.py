@@ -183,6 +183,31 @@ def prefix_ids(
     return ids
 
 
+def decoding_batches(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    batch_size: int | None,
+    max_tokens: int | None,
+    max_input_tokens: int | None,
+    target_prefixes: Sequence[str] | None,
+    paper_decoding: bool,
+    progress: bool,
+    generate_kwargs: dict,
+) -> Iterator[tuple[list[int], dict, dict]]:
+    """What `translate` and `translate_nbest` decode, batch by batch (their arguments of the same names): the sentence
+    indices, their tokenized source and the batch's generate() keyword arguments (its rows' `target_prefix`, when
+    given). Every check (`plan_batches`, `prefix_ids`) is made before the first batch is yielded."""
+    lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
+    room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
+    prefixes = prefix_ids(tokenizer, target_prefixes, room)
+    for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
+        if prefixes is None:
+            yield indices, batch, generate_kwargs
+        else:
+            yield indices, batch, {**generate_kwargs, "target_prefix": [prefixes[i] for i in indices]}
+
+
 @torch.no_grad()
 def translate(
     model,
@@ -200,14 +225,13 @@ def translate(
     `CTranslate2Model` (which decodes the same batches, as close to Section 6.1 as CTranslate2 can). Batched and
     checked by `plan_batches`; decoded with Section 6.1's beam search unless `paper_decoding=False`. With
     `target_prefixes` (one a sentence, "" for none), each translation starts with its prefix's tokens."""
-    lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
-    room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
-    prefixes = prefix_ids(tokenizer, target_prefixes, room)
     translations = [None] * len(sentences)
-    for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
-        if prefixes is not None:
-            generate_kwargs["target_prefix"] = [prefixes[i] for i in indices]
-        generated = model.generate(**batch, paper_decoding=paper_decoding, **generate_kwargs)
+    batches = decoding_batches(
+        model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
+        progress, generate_kwargs,
+    )  # fmt: skip
+    for indices, batch, kwargs in batches:
+        generated = model.generate(**batch, paper_decoding=paper_decoding, **kwargs)
         for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
             translations[index] = text
     return translations
@@ -247,17 +271,16 @@ def translate_nbest(
             f"nbest={nbest} with num_beams={beams}; expected beam search (num_beams of at least 2) with at least "
             "nbest beams: an n-best list holds the search's finished hypotheses"
         )
-    lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
-    room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
-    prefixes = prefix_ids(tokenizer, target_prefixes, room)
     results = [None] * len(sentences)
-    for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
-        if prefixes is not None:
-            generate_kwargs["target_prefix"] = [prefixes[i] for i in indices]
+    batches = decoding_batches(
+        model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
+        progress, generate_kwargs,
+    )  # fmt: skip
+    for indices, batch, kwargs in batches:
         if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
-            rows = model.generate_nbest(**batch, nbest=nbest, paper_decoding=paper_decoding, **generate_kwargs)
+            rows = model.generate_nbest(**batch, nbest=nbest, paper_decoding=paper_decoding, **kwargs)
         else:
-            rows = pytorch_nbest(model, batch, nbest, paper_decoding, generate_kwargs)
+            rows = pytorch_nbest(model, batch, nbest, paper_decoding, kwargs)
         for index, hypotheses in zip(indices, rows, strict=True):
             results[index] = [
                 Hypothesis(tokenizer.decode(ids, skip_special_tokens=True), score) for ids, score in hypotheses
