@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..data.corpora import iter_stream_lines, iter_text_lines
 from ..outputs import check_writable
+from ..serving.engines import ENGINES
 
 
 def positive_int(text: str) -> int:
@@ -54,6 +55,24 @@ def add_batch_arguments(
         help=f"padded {tokens} per batch, {what} sorted by length (output in input order); with --batch_size, "
         "both limits",
     )
+
+
+def add_model_arguments(parser: argparse.ArgumentParser, from_hub: bool = True) -> None:
+    """--max_input_tokens and --engine, as translating, evaluating and scoring take them; `from_hub`: also --revision
+    and --trust_remote_code."""
+    parser.add_argument(
+        "--max_input_tokens",
+        type=positive_int,
+        help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
+    )
+    parser.add_argument(
+        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
+    )
+    if from_hub:
+        parser.add_argument("--revision", help="a Hub branch, tag or commit")
+        parser.add_argument(
+            "--trust_remote_code", action="store_true", help="load the model's code from the checkpoint"
+        )
 
 
 def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:

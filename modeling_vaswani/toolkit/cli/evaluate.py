@@ -19,27 +19,20 @@ from ..evaluation.metrics import translation_scores
 from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
 from ..outputs import atomic_text
 from ..runtime import apply_process_settings
-from ..serving.engines import ENGINES, load_translator
-from .arguments import add_batch_arguments, check_output_path, positive_int
+from ..serving.engines import load_translator
+from .arguments import add_batch_arguments, add_model_arguments, check_output_path
 from .shell import command
 
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("model", help="checkpoint folder or Hub id (with its tokenizer), or an exported folder")
-    parser.add_argument(
-        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
-    )
     parser.add_argument("--source", help="source sentences (default: Multi30k test2016 in --source_lang)")
     parser.add_argument("--reference", help="reference translations (default: Multi30k test2016 in --target_lang)")
     parser.add_argument("--source_lang", default="en", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
     parser.add_argument("--target_lang", default="de", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
     add_batch_arguments(parser)
-    parser.add_argument(
-        "--max_input_tokens",
-        type=positive_int,
-        help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
-    )
+    add_model_arguments(parser, from_hub=False)
     parser.add_argument("--output", help="also write the translations here")
     arguments = parser.parse_args(argv)
     if bool(arguments.source) != bool(arguments.reference):

@@ -20,8 +20,14 @@ from ..evaluation.scoring import perplexity, score
 from ..evaluation.translate import InputError, input_token_limit
 from ..outputs import atomic_text
 from ..runtime import apply_process_settings
-from ..serving.engines import ENGINES, load_ensemble
-from .arguments import add_batch_arguments, check_output_path, positive_int, read_input, utf8_stdout
+from ..serving.engines import load_ensemble
+from .arguments import (
+    add_batch_arguments,
+    add_model_arguments,
+    check_output_path,
+    read_input,
+    utf8_stdout,
+)
 from .shell import command
 
 
@@ -38,16 +44,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--output", help="where to write the scores (default: standard output)")
     parser.add_argument("--per_token", action="store_true", help="also each token's log-probability and the tokens")
     add_batch_arguments(parser, "pairs", "tokens (of the longer side)")
-    parser.add_argument(
-        "--max_input_tokens",
-        type=positive_int,
-        help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
-    )
-    parser.add_argument(
-        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
-    )
-    parser.add_argument("--revision", help="a Hub branch, tag or commit")
-    parser.add_argument("--trust_remote_code", action="store_true", help="load the model's code from the checkpoint")
+    add_model_arguments(parser)
     return parser.parse_args(argv)
 
 

@@ -30,8 +30,15 @@ from ..data.corpora import iter_arrived_lines, iter_text_lines
 from ..evaluation.translate import InputError, input_token_limit, translate, translate_nbest, write_lines
 from ..outputs import atomic_text
 from ..runtime import apply_process_settings
-from ..serving.engines import ENGINES, load_ensemble
-from .arguments import add_batch_arguments, check_output_path, positive_int, read_input, utf8_stdout
+from ..serving.engines import load_ensemble
+from .arguments import (
+    add_batch_arguments,
+    add_model_arguments,
+    check_output_path,
+    positive_int,
+    read_input,
+    utf8_stdout,
+)
 from .shell import command
 
 
@@ -58,16 +65,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     )
     parser.add_argument("--no_paper_decoding", action="store_true", help="transformers' own length penalty and limit")
     parser.add_argument("--max_new_tokens", type=positive_int, help="the output length limit (lowers the paper's)")
-    parser.add_argument(
-        "--max_input_tokens",
-        type=positive_int,
-        help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
-    )
-    parser.add_argument(
-        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
-    )
-    parser.add_argument("--revision", help="a Hub branch, tag or commit")
-    parser.add_argument("--trust_remote_code", action="store_true", help="load the model's code from the checkpoint")
+    add_model_arguments(parser)
     arguments = parser.parse_args(argv)
     if len(arguments.model) > 1 and arguments.no_paper_decoding:
         parser.error("an ensemble (several models) decodes with the paper's decoding; drop --no_paper_decoding")
