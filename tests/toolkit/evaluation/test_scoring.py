@@ -1,12 +1,13 @@
 """Scoring given translations (evaluation/scoring.py, vaswani-score) against log-probabilities computed here one
 target token at a time, each pair on its own."""
 
+import functools
 import math
 import os
 
 import pytest
 import torch
-from helpers.training_setup import tiny_checkpoint
+from helpers.training_setup import run_command, tiny_checkpoint
 
 from modeling_vaswani.toolkit.cli import score as score_command
 from modeling_vaswani.toolkit.evaluation.scoring import SentenceScore, perplexity, score
@@ -78,14 +79,7 @@ def test_bad_pairs_are_refused_before_any_is_scored(loaded):
         score(model, tokenizer, SOURCES, TARGETS, batch_size=0, progress=False)
 
 
-def run(argv, capsys) -> tuple[int, str, str]:
-    try:
-        score_command.main([str(argument) for argument in argv])
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+run = functools.partial(run_command, score_command)  # run(argv, capsys)
 
 
 def test_the_command_writes_one_line_a_pair_in_input_order(checkpoint, loaded, tmp_path, capsys):

@@ -1,11 +1,12 @@
 """vaswani-translate's --target_prefix and --max_tokens (and translate()'s target_prefixes and max_tokens) on a
 model with a real tokenizer."""
 
+import functools
 import select
 import subprocess
 
 import pytest
-from helpers.training_setup import command, tiny_checkpoint
+from helpers.training_setup import command, run_command, tiny_checkpoint
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
 from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
@@ -30,14 +31,7 @@ def loaded(checkpoint):
     return load_translator(str(checkpoint))
 
 
-def run(argv, capsys) -> tuple[int, str, str]:
-    try:
-        translate_command.main([str(argument) for argument in argv])
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+run = functools.partial(run_command, translate_command)  # run(argv, capsys)
 
 
 def test_token_batches_translate_as_batches_of_one_in_input_order(loaded, checkpoint, tmp_path, capsys):

@@ -13,7 +13,7 @@ import sys
 import pytest
 import torch
 from helpers.tiny_models import EOS, padded_batch, tiny_model
-from helpers.training_setup import command, tiny_checkpoint
+from helpers.training_setup import command, run_command, tiny_checkpoint
 
 ctranslate2 = pytest.importorskip("ctranslate2")
 
@@ -242,16 +242,6 @@ def test_the_exported_folder_translates_on_its_own(checkpoint, export_folder, tm
     ours = translate_sentences(model, tokenizer, SENTENCES, batch_size=1, progress=False)
     theirs = translate_sentences(engine, tokenizer, SENTENCES, batch_size=1, progress=False)
     assert ours == theirs
-
-
-def run_command(module, argv, capsys) -> tuple[int, str, str]:
-    try:
-        module.main([str(argument) for argument in argv])
-        code = 0
-    except SystemExit as exit:
-        code = exit.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def test_translate_runs_an_exported_folder_with_the_usual_checks(export_folder, checkpoint, tmp_path, capsys):
