@@ -9,9 +9,11 @@ from test_server import SENTENCES, post
 webdriver = pytest.importorskip("selenium.webdriver")
 if not (shutil.which("chromium") and shutil.which("chromedriver")):
     pytest.skip(
-        "no Chromium: apt-get install chromium chromium-driver (and pip install selenium) to run the page's tests",
+        "no Chromium: apt-get update && apt-get install chromium chromium-driver (and pip install selenium) to run "
+        "the page's tests",
         allow_module_level=True,
     )
+from selenium.webdriver.common.actions.action_builder import ActionBuilder  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -55,6 +57,23 @@ def test_the_page_translates_and_draws_every_head_of_a_layer(server, browser, tm
     for number in range(3):  # encoder, decoder, encoder-decoder attention; draw() rebuilds the buttons
         browser.find_elements(By.CSS_SELECTOR, "#kinds button")[number].click()
         assert len(browser.find_elements(By.CSS_SELECTOR, "canvas.map")) == heads
+    # The pointer over a cell names its tokens and weight: the last layer's encoder-decoder attention, head 1.
+    canvas = browser.find_elements(By.CSS_SELECTOR, "canvas.map")[0]
+    browser.execute_script("arguments[0].scrollIntoView()", canvas)
+    query, key, cell, margin = 1, 2, 22, 90  # page.html's heatmap(): 22-pixel cells after 90 pixels of labels
+    left, top = browser.execute_script(
+        "const r = arguments[0].getBoundingClientRect(); return [r.left + arguments[0].clientLeft, "
+        "r.top + arguments[0].clientTop]",
+        canvas,
+    )
+    pointer = ActionBuilder(browser)
+    pointer.pointer_action.move_to_location(
+        int(left + margin + key * cell + cell // 2), int(top + margin + query * cell + cell // 2)
+    )
+    pointer.perform()
+    weight = maps["cross"][-1][0][query][key]
+    expected = f"{maps['target_tokens'][query]} \u2192 {maps['source_tokens'][key]}: {weight:.3f}"
+    assert canvas.get_attribute("title") == expected
     browser.save_screenshot(str(tmp_path / "page.png"))
 
 
