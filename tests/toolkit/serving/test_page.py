@@ -6,7 +6,9 @@ import shutil
 import pytest
 from test_server import SENTENCES, post
 
-webdriver = pytest.importorskip("selenium.webdriver")
+webdriver = pytest.importorskip(
+    "selenium.webdriver", reason="no Selenium: pip install -e '.[dev]' for the page's tests"
+)
 if not (shutil.which("chromium") and shutil.which("chromedriver")):
     pytest.skip(
         "no Chromium: apt-get update && apt-get install chromium chromium-driver (and pip install selenium) to run "
