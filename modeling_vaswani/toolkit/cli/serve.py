@@ -8,7 +8,7 @@ import argparse
 
 from ..runtime import apply_process_settings
 from ..serving.engines import load_translator
-from .arguments import positive_int
+from .arguments import add_model_arguments, positive_int
 from .shell import command
 
 
@@ -19,6 +19,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--port", type=positive_int, default=8000)
     parser.add_argument("--window_ms", type=positive_int, default=10, help="how long a batch waits for more requests")
     parser.add_argument("--max_tokens", type=positive_int, default=4000, help="source tokens a batch may hold")
+    add_model_arguments(parser)
     return parser.parse_args(argv)
 
 
@@ -31,8 +32,9 @@ def main(argv=None):
     from ..serving.server import create_app  # needs the serve extra, and says so
 
     # Requests name a model as it was given here (the first is the default).
-    models = {name: load_translator(name) for name in arguments.models}
-    app = create_app(models, window=arguments.window_ms / 1000, max_tokens=arguments.max_tokens)
+    loading = (arguments.revision, arguments.trust_remote_code, arguments.engine)
+    models = {name: load_translator(name, *loading) for name in arguments.models}
+    app = create_app(models, arguments.window_ms / 1000, arguments.max_tokens, arguments.max_input_tokens)
     uvicorn.run(app, host=arguments.host, port=arguments.port, log_level="info")
 
 

@@ -135,9 +135,15 @@ def error_response(status: int, field_name: str, message: str) -> JSONResponse:
     return JSONResponse(status_code=status, content={"error": {"field": field_name, "message": message}})
 
 
-def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> FastAPI:
-    """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default)."""
+def create_app(
+    models: dict, window: float = 0.01, max_tokens: int = 4000, max_input_tokens: int | None = None
+) -> FastAPI:
+    """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default): requests arriving
+    within `window` seconds share a batch of up to `max_tokens` source tokens; a text longer than `max_input_tokens`
+    (default: each model's max_position_embeddings) is refused."""
     names = list(models)
+    for model, _ in models.values():
+        input_token_limit(model, max_input_tokens)  # refuses a limit beyond an export's position table
     # FastAPIOffline: FastAPI whose /docs and /redoc take Swagger UI and ReDoc from its own package, not a CDN.
     app = FastAPIOffline(title="vaswani-serve", description="Attention Is All You Need, translating")
 
@@ -151,7 +157,7 @@ def create_app(models: dict, window: float = 0.01, max_tokens: int = 4000) -> Fa
     def checked(model, tokenizer, texts: list[str], field_name: str, side: str = "source") -> list[int]:
         """The texts' lengths in tokens, after the commands' checks (empty, longer than the model's positions)."""
         try:
-            return check_sentences(tokenizer, texts, input_token_limit(model, None), side=side)
+            return check_sentences(tokenizer, texts, input_token_limit(model, max_input_tokens), side=side)
         except InputError as refused:
             raise Refused(422, field_name, str(refused)) from refused
 

@@ -8,13 +8,20 @@ import urllib.request
 import pytest
 from helpers.training_setup import command, free_port, tiny_checkpoint
 
+MAX_INPUT_TOKENS = 64  # the server's --max_input_tokens, below the tiny model's positions
 
-@pytest.fixture(scope="module")
+
+@pytest.fixture(scope="package")
+def max_input_tokens():
+    return MAX_INPUT_TOKENS
+
+
+@pytest.fixture(scope="package")
 def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def exported(checkpoint, tmp_path_factory):
     """The checkpoint exported to CTranslate2, or None where CTranslate2 is not installed."""
     try:
@@ -24,21 +31,25 @@ def exported(checkpoint, tmp_path_factory):
     return export_ctranslate2(str(checkpoint), tmp_path_factory.mktemp("exported") / "ct2")
 
 
-@pytest.fixture(scope="module")
-def server(checkpoint, exported):
+@pytest.fixture(scope="package")
+def server(checkpoint, exported, tmp_path_factory):
     port = free_port()
     models = [str(checkpoint)] + ([str(exported)] if exported else [])
-    process = subprocess.Popen(
-        [*command("serve"), *models, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
+    log = tmp_path_factory.mktemp("server") / "server.log"  # a file, not a pipe nobody reads that could fill
+    with log.open("wb") as output:
+        process = subprocess.Popen(
+            [*command("serve"), *models, "--port", str(port), "--max_input_tokens", str(MAX_INPUT_TOKENS)],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while True:
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=1):
                 break
         except OSError:
-            assert process.poll() is None, process.stdout.read().decode()
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
             time.sleep(0.2)
     yield url
     process.terminate()

@@ -226,3 +226,19 @@ def test_bad_requests_get_a_4xx_naming_the_field(server, body, status, field_nam
 def test_bad_score_and_attention_requests_get_a_4xx(server, path, body, status, field_name):
     got, answer = post(f"{server}/{path}", body)
     assert (got, answer["error"]["field"]) == (status, field_name), answer
+
+
+def test_texts_over_max_input_tokens_are_refused_not_cut(server, checkpoint, max_input_tokens):
+    """The server's --max_input_tokens, for every endpoint."""
+    _, tokenizer = load_translator(str(checkpoint))
+    text = " ".join(["A dog runs."] * 40)
+    assert len(tokenizer(text)["input_ids"]) > max_input_tokens
+    for path, body, field_name in (
+        ("translate", {"text": text}, "text"),
+        ("score", {"source": [text], "target": ["Ein Hund."]}, "source"),
+        ("score", {"source": ["A dog."], "target": [text]}, "target"),
+        ("attention", {"text": text}, "text"),
+    ):
+        status, answer = post(f"{server}/{path}", body)
+        assert (status, answer["error"]["field"]) == (422, field_name), answer
+        assert f"limit of {max_input_tokens}" in answer["error"]["message"]
