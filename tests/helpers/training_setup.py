@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import torch
+from transformers import AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.data.corpora import load_multi30k, multi30k_files, read_sentences, tokenize_pairs
@@ -50,6 +51,33 @@ def tiny_checkpoint(folder: Path, seed: int = 0, lines: int = 2000, languages=("
     tokenizer.save_pretrained(folder)
     torch.manual_seed(seed)
     model = VaswaniForConditionalGeneration(preset_config("small", tokenizer, **TINY))
+    model.save_pretrained(folder)
+    return folder
+
+
+# What `trained_tiny_checkpoint` learns by heart: a served model whose translations are known in advance.
+TINY_PAIRS = [
+    ("A man rides a bike.", "Ein Mann fährt Fahrrad."),
+    ("Two dogs play in the snow.", "Zwei Hunde spielen im Schnee."),
+    ("A girl sings.", "Ein Mädchen singt."),
+]
+
+
+def trained_tiny_checkpoint(folder: Path, steps: int = 150, seed: int = 0) -> Path:
+    """`tiny_checkpoint` trained on TINY_PAIRS until it translates them as written (a few seconds: Adam at 3e-3 on
+    the one batch they make, not the paper's recipe)."""
+    tiny_checkpoint(folder, seed=seed)
+    model = VaswaniForConditionalGeneration.from_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    sources, targets = zip(*TINY_PAIRS, strict=True)
+    batch = tokenizer(list(sources), text_target=list(targets), padding=True, return_tensors="pt")
+    batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100  # padding is no target
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.98))
+    model.train()
+    for _ in range(steps):
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     model.save_pretrained(folder)
     return folder
 

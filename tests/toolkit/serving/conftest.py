@@ -1,12 +1,13 @@
 """The server the serving tests talk to: started for real on 127.0.0.1 (a free port) in its own process, once for the
-folder's tests, with a tiny model (the default) and, where CTranslate2 is installed, its export."""
+folder's tests, with a tiny model trained on helpers' TINY_PAIRS (the default) and, where CTranslate2 is installed,
+its export."""
 
 import subprocess
 import time
 import urllib.request
 
 import pytest
-from helpers.training_setup import command, free_port, tiny_checkpoint
+from helpers.training_setup import command, free_port, trained_tiny_checkpoint
 
 MAX_INPUT_TOKENS = 64  # the server's --max_input_tokens, below the tiny model's positions
 
@@ -18,7 +19,7 @@ def max_input_tokens():
 
 @pytest.fixture(scope="package")
 def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+    return trained_tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
 @pytest.fixture(scope="package")

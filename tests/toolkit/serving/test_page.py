@@ -4,7 +4,7 @@ chromium-driver): type sentences, read the translations, open one's attention an
 import shutil
 
 import pytest
-from test_server import SENTENCES, post
+from test_server import REFERENCES, SENTENCES, post
 
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="no Selenium: pip install -e '.[dev]' for the page's tests"
@@ -41,7 +41,7 @@ def test_the_page_translates_and_draws_every_head_of_a_layer(server, browser, tm
     WebDriverWait(browser, 120).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#translations li")) == 2)
     shown = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#translations li")]
     _, answer = post(f"{server}/translate", {"text": SENTENCES[:2]})
-    assert shown == [text.strip() for text in answer["translations"]]
+    assert shown == [text.strip() for text in answer["translations"]] == REFERENCES[:2]
 
     browser.find_elements(By.CSS_SELECTOR, "#translations li")[0].click()
     WebDriverWait(browser, 120).until(lambda b: b.find_elements(By.CSS_SELECTOR, "canvas.map"))

@@ -9,6 +9,7 @@ import urllib.request
 
 import pytest
 import torch
+from helpers.training_setup import TINY_PAIRS
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -16,7 +17,8 @@ pytest.importorskip("uvicorn")
 from modeling_vaswani.toolkit.evaluation.translate import translate, translate_nbest  # noqa: E402
 from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
 
-SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl sings."]
+SENTENCES = [source for source, _ in TINY_PAIRS]
+REFERENCES = [target for _, target in TINY_PAIRS]  # what the served model learned
 
 
 def post(url: str, body) -> tuple[int, dict]:
@@ -31,10 +33,11 @@ def post(url: str, body) -> tuple[int, dict]:
 
 def test_translations_are_the_librarys(server, checkpoint):
     model, tokenizer = load_translator(str(checkpoint))
-    expected = translate(model, tokenizer, SENTENCES, max_new_tokens=8, progress=False)
-    status, body = post(f"{server}/translate", {"text": SENTENCES, "max_new_tokens": 8})
+    expected = translate(model, tokenizer, SENTENCES, progress=False)
+    assert expected == REFERENCES  # the model learned them: an expectation known in advance
+    status, body = post(f"{server}/translate", {"text": SENTENCES})
     assert status == 200 and body["translations"] == expected
-    status, body = post(f"{server}/translate", {"text": SENTENCES[0], "max_new_tokens": 8})
+    status, body = post(f"{server}/translate", {"text": SENTENCES[0]})
     assert status == 200 and body["translations"] == expected[0]
 
 
@@ -93,7 +96,7 @@ def test_scores_are_a_forward_pass(server, checkpoint, exported, engine):
         pytest.skip("CTranslate2 is not installed (pip install modeling_vaswani[ctranslate2])")
     model, tokenizer = load_translator(str(checkpoint))
     model.eval()
-    targets = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen singt."]
+    targets = ["Ein Mann singt.", *REFERENCES[1:]]  # a translation it would not give, and two it would
     name = str(checkpoint if engine == "pytorch" else exported)
     status, body = post(f"{server}/score", {"source": SENTENCES, "target": targets, "model": name})
     assert status == 200, body
