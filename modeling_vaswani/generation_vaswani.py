@@ -307,10 +307,13 @@ def paper_generation_config(config) -> GenerationConfig:
     )
 
 
+OUTPUT_MARGIN = 50  # Section 6.1: "maximum output length to input length + 50"
+
+
 def sentence_limits(config, attention_mask: torch.Tensor, max_new_tokens=None, max_length=None) -> torch.Tensor:
     """Section 6.1's "input length + 50" for each sentence, as a decoder length (the start token included), lowered
     to a `max_new_tokens` or `max_length` cap and to the end of a table of learned positions."""
-    limits = 1 + attention_mask.sum(dim=-1) + 50
+    limits = 1 + attention_mask.sum(dim=-1) + OUTPUT_MARGIN
     if max_new_tokens is not None:
         limits = limits.clamp(max=1 + max_new_tokens)
     if max_length is not None:

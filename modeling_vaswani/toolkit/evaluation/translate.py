@@ -264,13 +264,7 @@ def translate_nbest(
     """The `nbest` best translations of each of `sentences`, in order, best first, as `translate` decodes them (the
     first is `translate`'s translation): the finished hypotheses of beam search, so `nbest` may not exceed the number
     of beams (`num_beams`, else the model's)."""
-    check_limits(nbest=nbest)
-    beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams
-    if beams < 2 or nbest > beams:
-        raise ValueError(
-            f"nbest={nbest} with num_beams={beams}; expected beam search (num_beams of at least 2) with at least "
-            "nbest beams: an n-best list holds the search's finished hypotheses"
-        )
+    check_nbest(model, nbest, generate_kwargs.get("num_beams"))
     results = [None] * len(sentences)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
@@ -286,6 +280,17 @@ def translate_nbest(
                 Hypothesis(tokenizer.decode(ids, skip_special_tokens=True), score) for ids, score in hypotheses
             ]
     return results
+
+
+def check_nbest(model, nbest: int, num_beams: int | None) -> None:
+    """Refuses (InputError) an n-best list longer than the beam (`num_beams`, else the model's) that finds it."""
+    check_limits(nbest=nbest)
+    beams = num_beams or model.generation_config.num_beams
+    if beams < 2 or nbest > beams:
+        raise InputError(
+            f"nbest={nbest} with num_beams={beams}; expected beam search (num_beams of at least 2) with at least "
+            "nbest beams: an n-best list holds the search's finished hypotheses"
+        )
 
 
 def pytorch_nbest(model, batch: dict, nbest: int, paper_decoding: bool, generate_kwargs: dict):

@@ -24,12 +24,12 @@ except ImportError as error:
 import torch
 from transformers import GenerationConfig
 
-from ...generation_vaswani import TRANSFORMERS_MAX_LENGTH, check_target_prefix, gnmt_length_penalty
+from ...generation_vaswani import OUTPUT_MARGIN, TRANSFORMERS_MAX_LENGTH, check_target_prefix, gnmt_length_penalty
 
 EXPORT_FILE = "vaswani_ctranslate2.json"  # what the translating side needs beyond CTranslate2's own config.json
 # Section 6.1 decodes up to source length + 50 tokens: the sinusoid table reaches that far past the longest source
 # the commands accept (max_position_embeddings tokens), so that no such sentence runs out of positions.
-DECODING_MARGIN = 50
+DECODING_MARGIN = OUTPUT_MARGIN
 # CTranslate2's beam search ends once beam_size * patience hypotheses have finished, where Section 6.1's goes on while
 # a live beam could still win. Under the paper's decoding it collects twice the beam and all of them are re-ranked:
 # on the default job's En->Fr model (test2016, 1,000 sentences), patience 1 gave 32 sentences other than

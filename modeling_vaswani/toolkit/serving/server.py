@@ -27,39 +27,49 @@ except ImportError as error:
         f"the serve extra is not installed ({error}); vaswani-serve needs it: pip install modeling_vaswani[serve]"
     ) from error
 
+from ...generation_vaswani import OUTPUT_MARGIN
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
 from ..evaluation.scoring import score
-from ..evaluation.translate import InputError, check_sentences, input_token_limit, translate, translate_nbest
+from ..evaluation.translate import (
+    InputError,
+    check_nbest,
+    check_sentences,
+    input_token_limit,
+    output_room,
+    prefix_ids,
+    translate,
+    translate_nbest,
+)
 
 MAX_TEXTS = 256  # sentences a request may hold
 PAGE = Path(__file__).with_name("page.html")  # the page at /: self-contained, it talks only to this server
 
 
-class Options(BaseModel):
-    """What a translation request may set, as vaswani-translate's flags do."""
+class Strict(BaseModel):
+    """A request's body: no field the API does not know, no value of another type ("4" is no beam count)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class TranslateRequest(Strict):
+    """A text or a list of them, and what vaswani-translate's flags set."""
+
+    text: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_TEXTS)] | str
     model: str | None = Field(None, description="a served model's name (default: the first)")
     num_beams: Annotated[int, Field(ge=1, le=32)] | None = None
     paper_decoding: bool = True
     nbest: Annotated[int, Field(ge=1, le=32)] | None = None
     max_new_tokens: Annotated[int, Field(ge=1)] | None = None
-
-
-class TranslateRequest(Options):
-    text: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_TEXTS)] | str
     target_prefix: list[str] | str | None = None
 
 
-class ScoreRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ScoreRequest(Strict):
     model: str | None = None
     source: Annotated[list[str], Field(min_length=1, max_length=MAX_TEXTS)]
     target: Annotated[list[str], Field(min_length=1, max_length=MAX_TEXTS)]
 
 
-class AttentionRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class AttentionRequest(Strict):
     model: str | None = None
     text: Annotated[str, Field(min_length=1)]
 
@@ -184,7 +194,9 @@ def create_app(
         if first.get("type") == "json_invalid":
             context = first.get("ctx", {}).get("error", "")
             return error_response(400, "body", f"the body is not valid JSON ({context}); expected a JSON object")
-        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body") or "body"
+        # loc holds the field's path, and for a union the member tried ("list[constrained-str]"): the path is kept.
+        path = [str(part) for part in first.get("loc", ())[1:] if isinstance(part, int) or part.isidentifier()]
+        where = ".".join(path) or "body"
         return error_response(422, where, f"{first.get('msg')}; got {first.get('input')!r}"[:500])
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -210,6 +222,22 @@ def create_app(
             raise Refused(
                 422, "text", f"a text of {max(lengths)} tokens is more than the server's batch of {max_tokens}"
             )
+        longest = input_token_limit(model, max_input_tokens) + OUTPUT_MARGIN  # Section 6.1 for the longest text
+        if request.max_new_tokens is not None and request.max_new_tokens > longest:
+            raise Refused(
+                422, "max_new_tokens", f"max_new_tokens {request.max_new_tokens} is more than {longest}, the input "
+                f"limit + {OUTPUT_MARGIN} of Section 6.1; expected at most {longest}",
+            )  # fmt: skip
+        limits = {"max_new_tokens": request.max_new_tokens} if request.max_new_tokens else {}
+        try:
+            if request.nbest is not None:
+                check_nbest(model, request.nbest, request.num_beams)
+        except InputError as refused:
+            raise Refused(422, "nbest", str(refused)) from refused
+        try:  # a prefix that leaves no room for its translation is refused here rather than in the batch
+            prefix_ids(tokenizer, prefixes, lambda: output_room(model, lengths, request.paper_decoding, limits))
+        except InputError as refused:
+            raise Refused(422, "target_prefix", str(refused)) from refused
         key = (name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
         loop = asyncio.get_running_loop()
         future = loop.create_future()

@@ -206,6 +206,14 @@ def test_concurrent_clients_are_answered_and_batched(server, checkpoint):
         ({"text": "A dog.", "model": "nowhere"}, 404, "model"),
         ({"text": "dog " * 5000}, 422, "text"),
         ({"text": ["A dog.", "A cat."], "target_prefix": ["Ein"]}, 422, "target_prefix"),
+        ({"text": "A dog.", "target_prefix": "Ein " * 300}, 422, "target_prefix"),  # no room left to translate
+        ({"text": "A dog.", "num_beams": 2, "nbest": 3}, 422, "nbest"),
+        ({"text": "A dog.", "max_new_tokens": 10**9, "paper_decoding": False}, 422, "max_new_tokens"),
+        ({"text": "A dog.", "paper_decoding": "yes"}, 422, "paper_decoding"),
+        ({"text": "A dog.", "num_beams": "4"}, 422, "num_beams"),
+        ({"text": None}, 422, "text"),
+        ({"text": ["A dog."] * 300}, 422, "text"),
+        ([1, 2], 422, "body"),
     ],
 )
 def test_bad_requests_get_a_4xx_naming_the_field(server, body, status, field_name):
