@@ -207,12 +207,9 @@ def create_app(
     async def health():
         return {"status": "ok", "models": names, "batches": batcher.batches}
 
-    @app.post("/translate")
-    async def translate_endpoint(request: TranslateRequest):
-        name, model, tokenizer = chosen(request.model)
-        single = isinstance(request.text, str)
-        sentences = [request.text] if single else request.text
-        prefixes = [request.target_prefix] if isinstance(request.target_prefix, str) else request.target_prefix
+    def check_translation(request: TranslateRequest, model, tokenizer, sentences, prefixes) -> list[int]:
+        """The texts' lengths, after the translate command's checks of the texts and options, each error naming its
+        field; what translate() and generate() check again is caught here, before the request joins a batch."""
         if prefixes is not None and len(prefixes) != len(sentences):
             raise Refused(
                 422, "target_prefix", f"{len(prefixes)} prefixes for {len(sentences)} texts; expected one a text"
@@ -234,22 +231,35 @@ def create_app(
                 check_nbest(model, request.nbest, request.num_beams)
         except InputError as refused:
             raise Refused(422, "nbest", str(refused)) from refused
-        try:  # a prefix that leaves no room for its translation is refused here rather than in the batch
+        try:
             prefix_ids(tokenizer, prefixes, lambda: output_room(model, lengths, request.paper_decoding, limits))
         except InputError as refused:
             raise Refused(422, "target_prefix", str(refused)) from refused
-        key = (name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
+        return lengths
+
+    async def batched(job_key: tuple, sentences: list[str], prefixes: list[str] | None, tokens: int) -> list:
+        """The outputs of these sentences, translated by the worker in a batch with whatever arrives with them."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
 
         def done(outputs, failure):
             loop.call_soon_threadsafe(lambda: future.set_exception(failure) if failure else future.set_result(outputs))
 
-        batcher.submit(Job(key, sentences, prefixes, done, tokens=sum(lengths)))
+        batcher.submit(Job(job_key, sentences, prefixes, done, tokens=tokens))
         try:
-            outputs = await future
+            return await future
         except ValueError as refused:  # the checks of translate() and generate(): the request's own fault
             raise Refused(422, "body", str(refused)) from refused
+
+    @app.post("/translate")
+    async def translate_endpoint(request: TranslateRequest):
+        name, model, tokenizer = chosen(request.model)
+        single = isinstance(request.text, str)
+        sentences = [request.text] if single else request.text
+        prefixes = [request.target_prefix] if isinstance(request.target_prefix, str) else request.target_prefix
+        lengths = check_translation(request, model, tokenizer, sentences, prefixes)
+        key = (name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
+        outputs = await batched(key, sentences, prefixes, sum(lengths))
         return {"model": name, "translations": outputs[0] if single else outputs}
 
     @app.post("/score")
