@@ -4,7 +4,7 @@ chromium-driver): type sentences, read the translations, open one's attention an
 import shutil
 
 import pytest
-from test_server import REFERENCES, SENTENCES, post
+from test_server import REFERENCES, SENTENCES, get_json, post
 
 webdriver = pytest.importorskip(
     "selenium.webdriver", reason="no Selenium: pip install -e '.[dev]' for the page's tests"
@@ -17,7 +17,7 @@ if not (shutil.which("chromium") and shutil.which("chromedriver")):
     )
 from selenium.webdriver.common.actions.action_builder import ActionBuilder  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium.webdriver.support.ui import Select, WebDriverWait  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -94,3 +94,38 @@ def test_the_page_loads_nothing_from_elsewhere(server, browser):
     assert all(url.startswith(server) for url in loaded), loaded
     html = browser.page_source
     assert "<script src" not in html and "<link" not in html
+
+
+def test_the_page_translates_with_the_chosen_model_and_options(server, browser, exported):
+    """The form's model, beams and decoding are what the page sends: each served model is offered, the page shows the
+    API's translations under those options, and asking an export for attention shows the server's error."""
+    browser.get(server + "/")
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#model option"))
+    _, health = get_json(f"{server}/health")
+    offered = [option.get_attribute("value") for option in browser.find_elements(By.CSS_SELECTOR, "#model option")]
+    assert offered == health["models"]
+    browser.execute_script(  # what the page sends, kept as it leaves
+        "window.sent = []; const send = window.fetch;"
+        "window.fetch = (url, init) => { if (init && init.body) window.sent.push(JSON.parse(init.body));"
+        " return send(url, init); };"
+    )
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys("\n".join(SENTENCES))
+    browser.find_element(By.ID, "beams").send_keys("2")
+    browser.find_element(By.ID, "paper").click()  # transformers' own beam search
+    for model in health["models"]:
+        Select(browser.find_element(By.ID, "model")).select_by_value(model)
+        browser.find_element(By.ID, "translate").click()
+        WebDriverWait(browser, 120).until(
+            lambda b: len(b.find_elements(By.CSS_SELECTOR, "#translations li")) == len(SENTENCES)
+        )
+        shown = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#translations li")]
+        request = {"text": SENTENCES, "model": model, "num_beams": 2, "paper_decoding": False}
+        assert browser.execute_script("return window.sent.at(-1)") == request
+        _, answer = post(f"{server}/translate", request)
+        assert shown == [text.strip() for text in answer["translations"]], model
+    if exported is not None:  # the last one chosen: attention needs a PyTorch model
+        browser.find_elements(By.CSS_SELECTOR, "#translations li")[0].click()
+        WebDriverWait(browser, 60).until(lambda b: "CTranslate2" in b.find_element(By.ID, "status").text)
+        assert browser.find_element(By.ID, "status").get_attribute("class") == "error"

@@ -46,6 +46,11 @@ def get(url: str) -> tuple[int, bytes]:
         return response.status, response.read()
 
 
+def get_json(url: str) -> tuple[int, dict]:
+    status, body = get(url)
+    return status, json.loads(body)
+
+
 OPTIONS = {  # each request's options, as the library's keyword arguments
     "stock beam search": {"num_beams": 2, "paper_decoding": False},
     "greedy": {"num_beams": 1},
