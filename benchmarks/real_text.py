@@ -16,6 +16,7 @@ from pathlib import Path
 
 # This folder's library: the measuring tools are not installed.
 from speed import real_text
+from speed.measure import positive
 
 from modeling_vaswani.toolkit.outputs import write_text
 
@@ -27,16 +28,6 @@ def batch_type(text: str) -> str:
         return real_text.check_batch(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
-
-
-def positive(kind):
-    def parse(text: str):
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text}; expected a number above 0")
-        return value
-
-    return parse
 
 
 def parse_arguments(argv=None) -> argparse.Namespace:

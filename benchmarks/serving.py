@@ -14,21 +14,16 @@ from pathlib import Path
 
 # This folder's library: the measuring tools are not installed.
 from speed import serving
+from speed.measure import positive
 
 from modeling_vaswani.toolkit.outputs import write_text
-
-
-def positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text}; expected a whole number above 0")
-    return int(text)
 
 
 def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", type=Path, required=True, help="a trained checkpoint (or exported) folder")
-    parser.add_argument("--requests", type=positive_int, default=200, help="test2016 sentences, one a request")
-    parser.add_argument("--clients", type=positive_int, default=50, help="clients at once in the second measurement")
+    parser.add_argument("--requests", type=positive(int), default=200, help="test2016 sentences, one a request")
+    parser.add_argument("--clients", type=positive(int), default=50, help="clients at once in the second measurement")
     parser.add_argument("--json", type=Path, help="also write the report (with every translation) to this JSON file")
     arguments = parser.parse_args(argv)
     if not (arguments.model / "config.json").is_file():

@@ -1,6 +1,7 @@
 """Instruments: devices and dtypes, wall time of repeated calls, the peak memory a stretch of work adds, the machine's
 matmul rate (the ceiling) and the FLOPs of a training step."""
 
+import argparse
 import os
 import statistics
 import time
@@ -16,6 +17,18 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # ---------------------------------------------------------------------------------------------------------------------
 # Devices and dtypes
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+def positive(kind):
+    """argparse type of the benchmarks' counts and durations: `kind` (int, float) of the text, above 0."""
+
+    def parse(text: str):
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text}; expected a number above 0")
+        return value
+
+    return parse
 
 
 def check_device(name: str) -> str:

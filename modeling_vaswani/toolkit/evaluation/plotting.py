@@ -152,13 +152,13 @@ def _check_index(name: str, value: int, count: int, where: str) -> None:
 
 
 @torch.no_grad()
-def attention_maps(model, tokenizer, sentence: str, **generate_kwargs):
+def attention_maps(model, tokenizer, sentence: str):
     """`sentence` translated with the paper's decoding, then re-read with attention weights: the model's outputs
     (`encoder_attentions`, `decoder_attentions`, `cross_attentions`: a (1, heads, queries, keys) tensor a layer), and
     the source's and the decoder input's tokens as written (`token_labels`)."""
     model.eval()
     source = tokenizer(sentence, return_tensors="pt").to(model.device)
-    target = model.generate(**source, paper_decoding=True, **generate_kwargs)
+    target = model.generate(**source, paper_decoding=True)
     # Maps need the eager kernel (SDPA computes no weights); the forward pass re-reads the translation.
     previous = model.config._attn_implementation
     model.set_attn_implementation("eager")
