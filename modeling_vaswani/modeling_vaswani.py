@@ -120,7 +120,8 @@ class MultiHeadAttention(nn.Module):
     (h*d_v x d_model); d_k and d_v need not be d_model / h (Table 3). No biases by default: Equation 1 has none, and
     neither has tensor2tensor (`config.attention_bias` adds them). Serves as encoder self-attention, masked decoder
     self-attention (`is_causal`) and encoder-decoder attention (`key_value_states` from the encoder, Section 3.2.3).
-    Equation 1 is the attention function of `config._attn_implementation`, from kernels_vaswani.py's interface."""
+    Equation 1 is the attention function of `config._attn_implementation`, from kernels_vaswani.py's interface; a call
+    with `output_attentions=True` on SDPA, which computes no weights, takes `eager_attention_forward` instead."""
 
     def __init__(self, config: VaswaniConfig, is_causal: bool = False, layer_idx: int | None = None):
         super().__init__()
@@ -168,7 +169,12 @@ class MultiHeadAttention(nn.Module):
                 if is_cross_attention:
                     past_key_values.is_updated[self.layer_idx] = True
 
-        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        implementation = self.config._attn_implementation
+        if implementation == "sdpa" and kwargs.get("output_attentions"):
+            # Section 3.2.1: this call asks for Equation 1's weights, softmax(Q K^T / sqrt(d_k)), which SDPA never
+            # returns; it alone takes the eager function (the config, which other callers read, stays as it is).
+            implementation = "eager"
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(implementation, eager_attention_forward)
         dropout = self.attention_dropout if self.training else 0.0
         output, weights = attention(
             self, query, key, value, attention_mask, dropout=dropout, scaling=self.scaling, **kwargs
@@ -404,6 +410,8 @@ class VaswaniDecoder(VaswaniStack):
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
             **{CACHE: self_attention_cache},
+            # SDPA's implicit causal mask (None) would leave Equation 1's weights unmasked (MultiHeadAttention)
+            allow_is_causal_skip=not kwargs.get("output_attentions"),
         )
         # Section 3.2.3's mask as kernels_vaswani.by_sentence attends: a sentence's k decoder rows, one row of queries
         encoder_attention_mask = encoder_attention_mask_by_sentence(

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from helpers.attention_by_hand import KINDS, attention_inputs, expected_maps
 from helpers.tiny_models import PAD, padded_batch, tiny_model
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
@@ -87,6 +88,34 @@ def test_output_attentions_returns_all_three_maps():
         .max()
         == 0
     )
+
+
+@pytest.mark.parametrize("lengths", [(7,), (6, 3, 5)], ids=["unpadded", "padded"])
+def test_output_attentions_on_sdpa_are_equation_1_for_that_call_alone(lengths):
+    """SDPA computes no weights: a call asking for them gets Equation 1's, every layer of each kind, with the causal
+    mask SDPA leaves implicit when nothing is padded (unpadded), and the model stays on SDPA."""
+    model = tiny_model()
+    assert model.config._attn_implementation == "sdpa"
+    input_ids, attention_mask = padded_batch(list(lengths), seed=3)
+    decoder_input_ids, _ = padded_batch([5] * len(lengths), seed=4)
+    with attention_inputs(model) as inputs, torch.no_grad():
+        outputs = model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            output_attentions=True,
+        )
+    assert model.config._attn_implementation == "sdpa"
+    returned = {
+        "encoder": outputs.encoder_attentions,
+        "decoder": outputs.decoder_attentions,
+        "cross": outputs.cross_attentions,
+    }
+    expected = expected_maps(model, inputs, attention_mask)
+    assert [len(returned[kind]) for kind in KINDS] == [model.config.encoder_layers] + [model.config.decoder_layers] * 2
+    for kind in KINDS:
+        for layer, (weights, by_hand) in enumerate(zip(returned[kind], expected[kind], strict=True)):
+            assert weights.shape == by_hand.shape and torch.allclose(weights, by_hand, atol=1e-5), (kind, layer)
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])

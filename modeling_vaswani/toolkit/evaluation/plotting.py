@@ -159,13 +159,18 @@ def attention_maps(model, tokenizer, sentence: str):
     model.eval()
     source = tokenizer(sentence, return_tensors="pt").to(model.device)
     target = model.generate(**source, paper_decoding=True)
-    # Maps need the eager kernel (SDPA computes no weights); the forward pass re-reads the translation.
-    previous = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        outputs = model(**source, decoder_input_ids=target[:, :-1], output_attentions=True)
-    finally:
-        model.set_attn_implementation(previous)
+    # The forward pass re-reads the translation. output_attentions=True has this call alone compute Equation 1's
+    # weights (SDPA computes none: MultiHeadAttention), so that the model, shared by a server's threads, is left as is.
+    outputs = model(**source, decoder_input_ids=target[:, :-1], output_attentions=True)
+    config = model.config
+    layers = {"encoder": config.encoder_layers, "decoder": config.decoder_layers, "cross": config.decoder_layers}
+    maps = {kind: getattr(outputs, field_name) or () for kind, (field_name, _) in ATTENTION_KINDS.items()}
+    missing = [kind for kind in ATTENTION_KINDS if len(maps[kind]) != layers[kind]]
+    if missing:  # other kernels return no weights (flex attention), or SDPA's per-call Equation 1 is gone
+        raise ValueError(
+            f"The model's {config._attn_implementation!r} attention did not return every layer's {', '.join(missing)} "
+            "attention weights; attention maps need 'sdpa' or 'eager' (from_pretrained(attn_implementation='sdpa'))"
+        )
     return outputs, token_labels(tokenizer, source["input_ids"][0]), token_labels(tokenizer, target[0, :-1])
 
 

@@ -3,18 +3,22 @@
 import os
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import matplotlib.image
 import pytest
 import torch
 from helpers.tiny_models import tiny_model
-from helpers.training_setup import REPO
+from helpers.training_setup import REPO, TINY_PAIRS, trained_tiny_checkpoint
 from tokenizers import Tokenizer, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 from modeling_vaswani.toolkit.evaluation import plotting
+from modeling_vaswani.toolkit.evaluation.translate import translate
 
 SOURCE = "Ein Mann fährt Fahrrad."
 TRANSLATION = "A man rides a bike."
@@ -126,6 +130,16 @@ def test_a_bad_choice_is_named_before_any_file_is_written(model, tokenizer, tmp_
     assert not (tmp_path / "maps").exists()
 
 
+def test_a_kernel_that_returns_no_weights_is_named_not_drawn_empty(tokenizer, monkeypatch):
+    model = tiny_model(vocab_size=len(tokenizer), attn_implementation="flex_attention")
+    target = torch.tensor([[tokenizer.bos_token_id, *tokenizer(TRANSLATION)["input_ids"]]])
+    monkeypatch.setattr(model, "generate", lambda **kwargs: target)
+    message = r"'flex_attention' attention did not return every layer's encoder, decoder, cross attention weights"
+    with pytest.raises(ValueError, match=message):
+        plotting.attention_maps(model, tokenizer, SOURCE)
+    assert model.config._attn_implementation == "flex_attention"
+
+
 LOG_HISTORY = [
     {"loss": 6.5, "learning_rate": 1e-4, "step": 10},
     {"eval_loss": 6.1, "eval_sacrebleu": 0.5, "step": 10},
@@ -170,3 +184,61 @@ def test_importing_and_drawing_leave_the_programs_backend_alone(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.split() == ["svg", "False"]
     assert matplotlib.image.imread(tmp_path / "curves.png").ndim == 3
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """The tiny model that learned TINY_PAIRS by heart, loaded as a server loads it (SDPA), and its tokenizer."""
+    folder = trained_tiny_checkpoint(tmp_path_factory.mktemp("trained"))
+    model = VaswaniForConditionalGeneration.from_pretrained(folder).eval()
+    return model, AutoTokenizer.from_pretrained(folder)
+
+
+def maps_of(outputs) -> dict[str, list[torch.Tensor]]:
+    return {kind: list(getattr(outputs, field_name)) for kind, (field_name, _) in plotting.ATTENTION_KINDS.items()}
+
+
+def test_threads_sharing_one_model_get_whole_maps_and_the_same_translations(trained):
+    """A server's threads share one model: attention maps and translations asked for at once must each be what a lone
+    call gives, and no call may switch the model's attention kernel under the others (it once did, for maps)."""
+    model, tokenizer = trained
+    original = model.config._attn_implementation
+    assert original == "sdpa"
+    sources = [source for source, _ in TINY_PAIRS]
+    layers = {"encoder": model.config.encoder_layers, "decoder": model.config.decoder_layers}
+    layers["cross"] = model.config.decoder_layers
+    alone_maps = [maps_of(plotting.attention_maps(model, tokenizer, source)[0]) for source in sources]
+    alone_translations = [translate(model, tokenizer, [source], progress=False) for source in sources]
+    assert alone_translations == [[target] for _, target in TINY_PAIRS]  # it learned them
+    threads, rounds = 4, 20
+    start = threading.Barrier(threads)
+
+    def work(thread: int, round_: int):
+        start.wait()  # every thread at once
+        sentence = (thread + round_) % len(sources)
+        if (thread + round_) % 2:
+            return "translation", sentence, translate(model, tokenizer, [sources[sentence]], progress=False)
+        return "maps", sentence, maps_of(plotting.attention_maps(model, tokenizer, sources[sentence])[0])
+
+    kernels = set()  # what each attention layer finds in the shared config while the threads run
+    hooks = [
+        module.register_forward_pre_hook(lambda module, args: kernels.add(model.config._attn_implementation))
+        for name, module in model.named_modules()
+        if name.endswith(("self_attn", "cross_attn"))
+    ]
+    try:
+        with ThreadPoolExecutor(threads) as pool:
+            for round_ in range(rounds):
+                futures = [pool.submit(work, thread, round_) for thread in range(threads)]
+                for what, sentence, result in (future.result(timeout=120) for future in futures):
+                    if what == "translation":
+                        assert result == alone_translations[sentence], (round_, sentence)
+                        continue
+                    assert {kind: len(maps) for kind, maps in result.items()} == layers, (round_, sentence)
+                    for kind, maps in result.items():
+                        for layer, (weights, alone) in enumerate(zip(maps, alone_maps[sentence][kind], strict=True)):
+                            assert torch.allclose(weights, alone, atol=1e-5), (round_, sentence, kind, layer)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert kernels == {original} and model.config._attn_implementation == original
