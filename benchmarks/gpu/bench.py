@@ -1,27 +1,40 @@
-"""The speed benchmark's measurements for the GPU run (benchmarks/gpu/run.sh), one stage a call, each the same as a
-`benchmarks/benchmark.py` command (printed, and stored in the JSON): the library's run_benchmark with its worker
-processes (`benchmark.py --worker`), its QUICK repetitions (one round), and here a tiny network for the CPU dry run.
+"""The speed benchmark's measurements for the GPU run (benchmarks/gpu/run.sh): one or more stages in one process, each
+the same as a `benchmarks/benchmark.py` command (printed, and stored in its JSON): the library's worker processes
+(`benchmark.py --worker`, one a measurement), its QUICK repetitions (one round), and here a tiny network for the CPU
+dry run.
 
-    python benchmarks/gpu/bench.py training-base --device cuda --dtype bfloat16 --json OUT/bench-training-base.json
+    python benchmarks/gpu/bench.py training-base training-big --device cuda --dtype bfloat16 --out OUT
+    python benchmarks/gpu/bench.py generation --device cuda --dtype bfloat16 --out OUT
 
-Stages, at the paper's batch for training (768 sentences of 32 + 32 tokens: 24,576 + 24,576 tokens a step):
-- training-base, training-big: tokens/s, model FLOPs utilisation against the same run's measured matmul rate in the
-  dtype (and float32), peak memory; this model and MarianMT of the same shapes and weights;
+Each stage writes OUT/bench-STAGE.json as soon as it is measured. Stages, at the paper's batch for training (768
+sentences of 32 + 32 tokens: 24,576 + 24,576 tokens a step):
+- training-base, training-big: tokens/s, model FLOPs utilisation against the matmul rate in the dtype (and float32)
+  measured by this process, peak memory; this model and MarianMT of the same shapes and weights;
 - generation: greedy and beam 4 at 128 sentences of 32 source tokens and exactly 32 new tokens, this model, MarianMT
   and CTranslate2 (its conversion of the Marian copy and our own export) where CTranslate2 is installed.
+
+What `benchmark.py` would repeat, done once here: the matmul ceilings (two worker processes) are measured once for
+all the stages in the call, and only when one of them trains (only training's utilisation uses them); the models of
+every stage are prepared while they run, before any timed measurement starts.
 """
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 BENCHMARKS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BENCHMARKS))  # the measuring tools are not installed
 
+import torch  # noqa: E402
 from speed import measure, models, report, runner  # noqa: E402
 
+SCRIPT = BENCHMARKS / "benchmark.py"  # the command whose --worker mode runs each measurement
 STAGES = {
     "training-base": {"model": "base", "batch": 768, "phases": ["training"], "implementations": ["vaswani", "marian"]},
     "training-big": {"model": "big", "batch": 768, "phases": ["training"], "implementations": ["vaswani", "marian"]},
@@ -32,6 +45,9 @@ STAGES = {
         "implementations": list(models.IMPLEMENTATIONS),
     },
 }
+REPETITIONS = measure.QUICK
+SEED = 0
+NO_CEILING = "ceiling: not measured in this stage (only training's model FLOPs utilisation uses it)"
 
 # The dry run's network: the same code, seconds on a CPU.
 TINY = {"vocab_size": 128, "d_model": 32, "layers": 1, "heads": 2, "d_ff": 64, "source_length": 8,
@@ -58,45 +74,137 @@ def equivalent_command(stage: str, device: str, dtype: str, implementations: lis
     )
 
 
+def needs_ceiling(stages: list[str]) -> bool:
+    return any("training" in STAGES[stage]["phases"] for stage in stages)
+
+
+def worker_spec(implementation: str, phase: str, device: str, dtype: str, shapes, folder, threads: int) -> dict:
+    """What `runner.run_benchmark` gives a worker process for one measurement."""
+    return {
+        "implementation": implementation,
+        "phase": phase,
+        "device": device,
+        "dtype": dtype,
+        "threads": threads,
+        "shapes": dataclasses.asdict(shapes),
+        "folder": str(folder or ""),
+        "warmup": REPETITIONS.warmup[phase],
+        "repetitions": REPETITIONS.timed[phase],
+        "plain": False,
+    }
+
+
+def measure_ceilings(device: str, dtype: str, threads: int, workdir: Path, progress) -> dict:
+    """The matmul rate in float32 and in `dtype`, each in a worker process, as `runner.run_benchmark` measures it."""
+    ceilings = {}
+    for job_dtype in dict.fromkeys(["float32", dtype]):
+        start = time.perf_counter()
+        spec = worker_spec("ceiling", "matmul", device, job_dtype, models.Shapes(), None, threads)
+        ceilings[job_dtype] = runner.run_worker(SCRIPT, spec, workdir)
+        line = report.summary("matmul", ceilings[job_dtype])
+        progress(f"ceiling matmul {job_dtype}: {line} ({time.perf_counter() - start:.0f} s)")
+    return ceilings
+
+
+def measure_stage(stage, shapes, implementations, folders, ceilings, device, dtype, threads, workdir, progress):
+    """One round of the stage's measurements, each in its own worker process, as `runner.run_benchmark` runs them
+    (within a phase, the implementations one right after another); the report as the library builds it."""
+    results = {"ceiling": ceilings}
+    jobs = [(implementation, phase) for phase in STAGES[stage]["phases"] for implementation in implementations]
+    for number, (implementation, phase) in enumerate(jobs, start=1):
+        label = f"[{stage} {number}/{len(jobs)}] {implementation} {phase}"
+        if reason := runner.skipped_reason(implementation, phase, device, dtype):
+            results.setdefault(implementation, {})[phase] = {"skipped": reason}
+            progress(f"{label}: skipped ({reason})")
+            continue
+        start = time.perf_counter()
+        spec = worker_spec(implementation, phase, device, dtype, shapes, folders.get(implementation), threads)
+        results.setdefault(implementation, {})[phase] = result = runner.run_worker(SCRIPT, spec, workdir)
+        progress(f"{label}: {report.summary(phase, result)} ({time.perf_counter() - start:.0f} s)")
+    built = report.build_report([results], shapes, device, dtype, threads, REPETITIONS)
+    return {**built, "plain": False}
+
+
+def table_of(results: dict) -> str:
+    table = report.format_table(results)
+    if results["ceiling"]:
+        return table
+    return "\n".join(NO_CEILING if line.startswith("ceiling (") else line for line in table.splitlines())
+
+
+def prepare(plans: dict, device: str, workdir: Path, progress) -> tuple[dict, dict]:
+    """Every stage's models (`runner.run_benchmark`'s preparation): their folders and the seconds each took."""
+    folders, seconds = {}, {}
+    for stage, (shapes, implementations) in plans.items():
+        start = time.perf_counter()
+        with_ctranslate2 = bool(models.CTRANSLATE2.keys() & set(implementations))
+        with_ctranslate2 = with_ctranslate2 and not models.ctranslate2_unavailable(device)
+        folders[stage] = models.prepare_models(shapes, workdir / stage, SEED, with_ctranslate2)
+        seconds[stage] = time.perf_counter() - start
+        extra = ", CTranslate2 conversion" * with_ctranslate2
+        progress(f"[{stage}] models prepared (same random weights{extra}; {seconds[stage]:.0f} s)")
+    return folders, seconds
+
+
+def run(stages: list[str], device: str, dtype: str, tiny: bool, out: Path, progress=print) -> list[str]:
+    """Measures `stages` in order, writing OUT/bench-STAGE.json for each; returns the failed measurements."""
+    threads = torch.get_num_threads()
+    plans = {stage: plan(stage, tiny) for stage in stages}
+    with tempfile.TemporaryDirectory(prefix="vaswani-gpu-bench-") as workdir:
+        workdir = Path(workdir)
+        ceilings = {}
+        if needs_ceiling(stages):
+            # The ceilings' processes (GPU work) run while this one prepares every stage's models (CPU work).
+            (workdir / "ceiling").mkdir()
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                pending = pool.submit(measure_ceilings, device, dtype, threads, workdir / "ceiling", progress)
+                folders, prepared_s = prepare(plans, device, workdir, progress)
+                ceilings = pending.result()
+        else:
+            folders, prepared_s = prepare(plans, device, workdir, progress)
+        failures = [f"ceiling {name}: {result['error']}" for name, result in ceilings.items() if "error" in result]
+        for stage, (shapes, implementations) in plans.items():
+            start = time.perf_counter()
+            command = equivalent_command(stage, device, dtype, implementations)
+            progress(f"[{stage}] " + ("tiny network; otherwise " if tiny else "") + f"the same as: {command}")
+            results = measure_stage(
+                stage, shapes, implementations, folders[stage], ceilings, device, dtype, threads, workdir, progress
+            )
+            table = table_of(results)
+            progress(table)
+            output = {
+                "stage": stage,
+                "tiny": tiny,
+                "command": command,
+                "shapes": dataclasses.asdict(shapes),
+                "seconds": round(prepared_s[stage] + time.perf_counter() - start, 1),  # the ceilings' not included
+                "ceiling": "measured once for this call's stages: " + ", ".join(stages) if ceilings else NO_CEILING,
+                "table": table,
+                "report": results,
+            }
+            (out / f"bench-{stage}.json").write_text(json.dumps(output, indent=2) + "\n")
+            failures += [
+                f"{stage}: {name} {phase}: {result['error']}"
+                for name, phases in results["results"].items()
+                for phase, result in phases.items()
+                if "error" in result
+            ]
+    return failures
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("stage", choices=list(STAGES))
+    parser.add_argument("stages", nargs="+", choices=list(STAGES), metavar="STAGE", help=", ".join(STAGES))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16", choices=list(measure.DTYPES))
     parser.add_argument("--tiny", action="store_true", help="a tiny network (the CPU dry run)")
-    parser.add_argument("--json", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True, help="the folder for bench-STAGE.json")
     arguments = parser.parse_args(argv)
     measure.check_device(arguments.device)
-    shapes, implementations = plan(arguments.stage, arguments.tiny)
-    command = equivalent_command(arguments.stage, arguments.device, arguments.dtype, implementations)
-    print(("tiny network; otherwise " if arguments.tiny else "") + f"the same as: {command}", flush=True)
-    results = runner.run_benchmark(
-        BENCHMARKS / "benchmark.py",
-        device=arguments.device,
-        dtype=arguments.dtype,
-        repetitions=measure.QUICK,
-        implementations=implementations,
-        phases=STAGES[arguments.stage]["phases"],
-        shapes=shapes,
-        progress=lambda line: print(line, flush=True),
-    )
-    table = report.format_table(results)
-    print(table)
-    output = {
-        "stage": arguments.stage,
-        "tiny": arguments.tiny,
-        "command": command,
-        "shapes": dataclasses.asdict(shapes),
-        "table": table,
-        "report": results,
-    }
-    arguments.json.write_text(json.dumps(output, indent=2) + "\n")
-    failures = [
-        f"{name} {phase}: {result['error']}"
-        for name, phases in results["results"].items()
-        for phase, result in phases.items()
-        if "error" in result
-    ]
+    arguments.out.mkdir(parents=True, exist_ok=True)
+    stages = list(dict.fromkeys(arguments.stages))
+    progress = functools.partial(print, flush=True)
+    failures = run(stages, arguments.device, arguments.dtype, arguments.tiny, arguments.out, progress)
     for failure in failures:
         print(f"FAILED {failure}", file=sys.stderr)
     return 1 if failures else 0

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, in one command (docs/gpu.md): installs the wheels benchmarks/gpu/fetch_wheels.sh packed (if the
 # folder benchmarks/gpu/wheels/ is there), runs the GPU tests (tests/gpu/) and the speed benchmark stage by stage,
-# each under a time limit, and writes OUT/gpu-report.json and OUT/gpu-report.md. Within 10 minutes on one H100.
+# each under a time limit, and writes OUT/gpu-report.json and OUT/gpu-report.md. One 10-minute command: about 8
+# minutes on one H200 (docs/gpu.md).
 #
 #   bash benchmarks/gpu/run.sh OUT                        # on a CUDA machine
 #   bash benchmarks/gpu/run.sh OUT --device cpu --tiny    # the dry run: every stage on the CPU, tiny shapes
@@ -14,7 +15,7 @@
 set -uo pipefail
 
 usage() {
-    sed -n '2,13p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && usage 0
@@ -65,7 +66,9 @@ reap() { # every process still carrying this stage's mark (torchrun's workers ru
         pid=${environ#/proc/}
         pid=${pid%/environ}
         [[ $pid == "$$" ]] && continue
-        if tr '\0' '\n' < "$environ" 2>/dev/null | grep -qx "VASWANI_GPU_STAGE=$mark"; then
+        # grep opens the file itself, so -s silences what an unreadable one gives: a process gone since the glob
+        # (No such file), a zombie (No such process), another user's (Permission denied; not ours to kill).
+        if grep -qsxzF "VASWANI_GPU_STAGE=$mark" "$environ"; then
             kill -KILL "$pid" 2>/dev/null
         fi
     done
@@ -101,7 +104,7 @@ if [[ $INSTALL == no ]]; then
 elif [[ ! -f $WHEELS/manifest.json ]]; then
     record install "not run" 0 0 null "no benchmarks/gpu/wheels/ (bash benchmarks/gpu/fetch_wheels.sh makes it)"
     echo "== install: no wheels folder, using $PY as it is"
-elif stage install 150 "$PY" benchmarks/gpu/install.py --wheels "$WHEELS" --venv "$WORK/venv" \
+elif stage install 120 "$PY" benchmarks/gpu/install.py --wheels "$WHEELS" --venv "$WORK/venv" \
     --report "$OUT/install.json"; then
     PY=$WORK/venv/bin/python
     export PATH="$WORK/venv/bin:$PATH"
@@ -111,39 +114,53 @@ fi
 export VASWANI_GPU_DEVICE=$DEVICE VASWANI_GPU_TINY=$TINY VASWANI_GPU_RECORD=$OUT/records.jsonl
 tiny_flag=()
 ((TINY)) && tiny_flag=(--tiny)
-stage environment 60 "$PY" benchmarks/gpu/report.py environment "$OUT" --device "$DEVICE" "${tiny_flag[@]}"
 PYTEST=("$PY" -m pytest -p no:cacheprovider -o addopts= -q -rA)
-stage collect 60 "${PYTEST[@]}" --collect-only tests/gpu
+describe() {
+    stage environment 60 "$PY" benchmarks/gpu/report.py environment "$OUT" --device "$DEVICE" "${tiny_flag[@]}"
+    stage collect 60 "${PYTEST[@]}" --collect-only tests/gpu
+}
 
 # 3. The checks, a stage per test file: one that hangs is stopped without taking the others' time.
 tests() { # tests NAME LIMIT_S
     stage "tests-$1" "$2" "${PYTEST[@]}" "tests/gpu/test_gpu_$1.py" --junitxml="$OUT/junit-tests-$1.xml" \
         --basetemp="$WORK/pytest-$1"
 }
-checks() {
-    tests equivalence 150
-    tests training 200
-    tests memory 120
-    tests accelerate 200
-}
 
-# 4. The speed benchmark: training at the paper's batch (base, big), generation.
+# 4. The speed benchmark, a bench.py call a stage: training at the paper's batch, base and big (one process: the
+# matmul ceilings measured once, while the models are prepared), then generation (no ceilings).
+bench() { # bench NAME LIMIT_S BENCH_STAGE...
+    local name=$1 limit=$2
+    shift 2
+    stage "bench-$name" "$limit" "$PY" benchmarks/gpu/bench.py "$@" --device "$DEVICE" --dtype "$DTYPE" \
+        "${tiny_flag[@]}" --out "$OUT"
+}
 benchmark() {
-    for name in training-base training-big generation; do
-        stage "bench-$name" 150 "$PY" benchmarks/gpu/bench.py "$name" --device "$DEVICE" --dtype "$DTYPE" \
-            "${tiny_flag[@]}" --json "$OUT/bench-$name.json"
-    done
+    bench training 200 training-base training-big
+    bench generation 180 generation
 }
 
 if [[ $DEVICE == cpu ]]; then
     # The dry run: the benchmark's stages beside the checks (each process on one thread), since a CPU's figures
-    # mean nothing here; on a GPU they run after the checks, alone on the device.
-    benchmark > "$OUT/logs/benchmark-lane.out" 2>&1 &
-    checks
+    # mean nothing here.
+    describe
+    benchmark > "$OUT/logs/lane.out" 2>&1 &
+    tests equivalence 120
+    tests training 200
+    tests memory 90
+    tests accelerate 200
     wait
-    cat "$OUT/logs/benchmark-lane.out"
+    cat "$OUT/logs/lane.out"
 else
-    checks
+    # The checks whose figures are outcomes and differences, not times, side by side: accelerate's launches (mostly
+    # process starts) beside the machine's description, the collection and the equivalence checks. Then, alone on
+    # the device, the timed ones: training (compile and step times), memory (step times), the benchmark.
+    tests accelerate 200 > "$OUT/logs/lane.out" 2>&1 &
+    describe
+    tests equivalence 120
+    wait
+    cat "$OUT/logs/lane.out"
+    tests training 200
+    tests memory 90
     benchmark
 fi
 

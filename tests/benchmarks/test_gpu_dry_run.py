@@ -5,6 +5,7 @@ and the reports it writes hold every check of tests/gpu/ and every benchmark sta
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -33,6 +34,7 @@ def test_dry_run_writes_reports_holding_every_check_passed(tmp_path):
     )
     print(process.stdout[-6000:])
     assert process.returncode == 0, process.stdout[-8000:] + process.stderr[-3000:]
+    assert not re.search(r"/proc/\d+/environ", process.stdout + process.stderr)  # reap() reads /proc quietly
 
     report = json.loads((out / "gpu-report.json").read_text())
     markdown = (out / "gpu-report.md").read_text()
@@ -45,13 +47,18 @@ def test_dry_run_writes_reports_holding_every_check_passed(tmp_path):
         for name in ran:
             assert checks[name]["figures"], f"{name} recorded no figures"
             assert f"| {name.removeprefix('tests/gpu/')} | passed |" in markdown
-    for stage in ("training-base", "training-big", "generation"):
+    bench_stages = ("training-base", "training-big", "generation")
+    for stage in bench_stages:
         check = checks[f"benchmark {stage}"]
         assert check["outcome"] == "passed" and "vaswani" in check["table"]
         assert f"### benchmark {stage}" in markdown
     assert "mfu" in checks["benchmark training-base"]["figures"]["vaswani training"]
+    # The matmul ceilings: measured once, for the training stages only.
+    ceilings = [json.loads((out / f"bench-{stage}.json").read_text())["report"]["ceiling"] for stage in bench_stages]
+    assert ceilings[0] == ceilings[1] and set(ceilings[0]) == {"float32"} and ceilings[2] == {}
     stages = {stage["name"]: stage["status"] for stage in report["stages"]}
     assert stages.pop("install") == "not run" and set(stages.values()) == {"passed"}, stages
+    assert {"bench-training", "bench-generation"} <= set(stages), stages
     environment = report["environment"]
     assert environment["device"] == "cpu" and environment["tiny"] and environment["versions"]["torch"]
     assert "# GPU run: CPU dry run" in markdown

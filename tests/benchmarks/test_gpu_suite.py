@@ -40,9 +40,69 @@ def test_without_cuda_the_suite_is_collected_and_skipped_with_its_reason():
 
 
 def test_the_scripts_name_the_same_benchmark_stages():
-    assert report.BENCH_STAGES == tuple(bench.STAGES)
+    """run.sh's `bench NAME LIMIT STAGE...` lines call bench.py with each of its stages once, in order, and the
+    report knows which run.sh stage (bench-NAME) measured each."""
     run_sh = (GPU / "run.sh").read_text()
-    assert f"for name in {' '.join(bench.STAGES)}; do" in run_sh
+    calls = re.findall(r"^ +bench (\S+) \d+ (.+)$", run_sh, re.MULTILINE)
+    measured_in = {stage: f"bench-{name}" for name, stages in calls for stage in stages.split()}
+    assert list(measured_in) == list(bench.STAGES) and measured_in == report.BENCH_STAGES, calls
+    # the ceilings once, in the call that trains; the generation call measures none
+    assert bench.needs_ceiling(["training-base", "training-big"]) and not bench.needs_ceiling(["generation"])
+
+
+def fake_benchmark(out: Path, stage: str, ceiling: dict):
+    results = {"vaswani": {"training": {"tokens_per_s": 2.0, "peak_memory_mib": 3.0, "mfu": 0.25}}}
+    data = {"command": f"python benchmarks/benchmark.py ({stage})", "table": f"table of {stage}", "seconds": 12.5}
+    data["report"] = {"ceiling": ceiling, "results": results, "ratios": {}}
+    (out / f"bench-{stage}.json").write_text(json.dumps(data))
+
+
+def test_the_report_judges_each_benchmark_stage_by_its_own_results(tmp_path):
+    """bench-training measures base and big: stopped during big, base's figures stand and big is not run; the
+    generation stage, with no ceiling, shows none."""
+    stages = [
+        {"name": "bench-training", "status": "timed out", "started": 100, "seconds": 201, "limit": 200},
+        {"name": "bench-generation", "status": "passed", "started": 301, "seconds": 80, "limit": 180},
+    ]
+    (tmp_path / "stages.jsonl").write_text("".join(json.dumps(stage) + "\n" for stage in stages))
+    fake_benchmark(tmp_path, "training-base", {"float32": {"gflops": 5e4}, "bfloat16": {"gflops": 7e5}})
+    fake_benchmark(tmp_path, "generation", {})
+    built = report.build(tmp_path)
+    checks = {check["check"]: check for check in built["checks"]}
+    base, big, generation = (checks[f"benchmark {name}"] for name in bench.STAGES)
+    assert base["outcome"] == "passed" and base["seconds"] == 12.5 and base["stage"] == "bench-training"
+    assert base["figures"]["ceiling_gflops"] == {"float32": 5e4, "bfloat16": 7e5}
+    assert big["outcome"] == "not run" and "stopped after 201 s (limit 200 s)" in big["message"]
+    assert generation["outcome"] == "passed" and "ceiling_gflops" not in generation["figures"]
+    assert not built["all_passed"] and built["seconds"] == 281
+
+
+def test_reaping_kills_a_marked_process_and_says_nothing_of_processes_it_cannot_read(tmp_path):
+    """run.sh's reap() against the race it met on the first GPU run: processes ending between the glob of /proc and
+    the read of their environ (and zombies, and other users' processes) printed hundreds of shell errors."""
+    reap = re.search(r"^reap\(\) \{.*?^\}$", (GPU / "run.sh").read_text(), re.MULTILINE | re.DOTALL).group(0)
+    script = tmp_path / "reap.sh"
+    script.write_text(
+        reap
+        + """
+( while :; do /bin/true; done ) > /dev/null 2>&1 &
+storm=$!
+VASWANI_GPU_STAGE=test-$$-stage setsid sleep 300 > /dev/null 2>&1 &
+marked=$!
+VASWANI_GPU_STAGE=test-$$-stage-other setsid sleep 300 > /dev/null 2>&1 &
+other=$!
+sleep 0.3
+for _ in 1 2 3 4 5 6 7 8; do reap "test-$$-stage"; done
+kill "$storm"
+sleep 0.3
+kill -0 "$marked" 2>/dev/null && echo "marked: alive" || echo "marked: reaped"
+kill -0 "$other" 2>/dev/null && echo "other: alive" || echo "other: reaped"
+kill "$other" 2>/dev/null
+"""
+    )
+    process = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=120)
+    assert process.stdout.split("\n")[:2] == ["marked: reaped", "other: alive"], process.stdout
+    assert "environ" not in process.stderr, process.stderr[-2000:]
 
 
 def fake_wheel(folder: Path, name: str, version: str, files: dict[str, str]) -> Path:
