@@ -1,16 +1,26 @@
-"""vaswani-serve's HTTP API: translate, score and attention on models loaded once, requests that arrive together
-translated together (a short collection window, a token budget a batch), the checks of the commands, 4xx JSON errors.
+"""vaswani-serve's HTTP API: translate, score and attention on models loaded once; requests that arrive together
+translated together; every refusal one JSON shape, `{"error": {"field", "message"}}`, with its status.
 
-Built on FastAPI (Starlette) and run by uvicorn, the `serve` extra; fastapi-offline serves /docs without a CDN. The
-model work runs on one worker thread, so the event loop keeps accepting requests while a batch is translated; requests
-of the same options that arrive within `window` seconds of each other share a batch.
+Built on FastAPI (Starlette) and run by uvicorn, the `serve` extra; fastapi-offline serves /docs without a CDN. What a
+request goes through, each step in one place:
+1. `gate.Gate` (before the body is parsed): the API key, the client's request limit, the content type, the body's size;
+2. the request's model (pydantic, strict types) and `bounded` (the count of texts, their characters, lone surrogates),
+   on the event loop, cheap and before any tokenizing;
+3. the checks that tokenize (lengths, prefixes, options), on checking threads with tokenizers of their own
+   (`worker.Checker`);
+4. the work, on the one worker thread (`worker.Worker`: a bounded queue, batches, a time limit, dropped when the client
+   is gone), which alone runs the models and pads with their tokenizers. No request changes state another reads.
 """
 
 import asyncio
-import threading
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import json
+import reprlib
+import signal
+import socket
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -19,13 +29,17 @@ import torch
 try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, JSONResponse
+    from fastapi.responses import HTMLResponse, Response
     from fastapi_offline import FastAPIOffline
     from pydantic import BaseModel, ConfigDict, Field
+    from starlette.exceptions import HTTPException
+    from uvicorn import Config, Server
 except ImportError as error:
     raise ImportError(
         f"the serve extra is not installed ({error}); vaswani-serve needs it: pip install modeling_vaswani[serve]"
     ) from error
+
+from transformers import StoppingCriteriaList
 
 from ...generation_vaswani import OUTPUT_MARGIN
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
@@ -40,9 +54,27 @@ from ..evaluation.translate import (
     translate,
     translate_nbest,
 )
+from .gate import Gate, RateLimit, error_body
+from .metrics import Metrics
+from .worker import Cancelled, Checker, Job, Overloaded, Stop, Worker
 
-MAX_TEXTS = 256  # sentences a request may hold
 PAGE = Path(__file__).with_name("page.html")  # the page at /: self-contained, it talks only to this server
+ATTENTION_DIGITS = 6  # attention weights are sent rounded to 6 decimals (a 1e-6 step): 8-9 bytes a weight in JSON
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one request may ask, and what the server holds at once: vaswani-serve's flags of the same names."""
+
+    max_body_bytes: int = 1_000_000  # a body's bytes, read no further (413)
+    max_texts: int = 256  # texts (or pairs) a request
+    max_chars: int = 5_000  # characters a text, checked before any tokenizing
+    max_input_tokens: int | None = None  # tokens a text (default: each model's max_position_embeddings)
+    max_attention_tokens: int = 64  # tokens of an /attention text: its answer grows with their square
+    max_tokens: int = 4_000  # source tokens a batch
+    max_queue: int = 64  # requests waiting for the worker; more are answered 503
+    timeout_s: float = 60.0  # a request's time from arrival to answer (504)
+    window: float = 0.01  # how long a batch waits for more requests
 
 
 class Strict(BaseModel):
@@ -54,7 +86,7 @@ class Strict(BaseModel):
 class TranslateRequest(Strict):
     """A text or a list of them, and what vaswani-translate's flags set."""
 
-    text: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=MAX_TEXTS)] | str
+    text: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | str
     model: str | None = Field(None, description="a served model's name (default: the first)")
     num_beams: Annotated[int, Field(ge=1, le=32)] | None = None
     paper_decoding: bool = True
@@ -65,97 +97,113 @@ class TranslateRequest(Strict):
 
 class ScoreRequest(Strict):
     model: str | None = None
-    source: Annotated[list[str], Field(min_length=1, max_length=MAX_TEXTS)]
-    target: Annotated[list[str], Field(min_length=1, max_length=MAX_TEXTS)]
+    source: Annotated[list[str], Field(min_length=1)]
+    target: Annotated[list[str], Field(min_length=1)]
 
 
 class AttentionRequest(Strict):
     model: str | None = None
     text: Annotated[str, Field(min_length=1)]
-
-
-@dataclass
-class Job:
-    """One request's sentences and options, waiting for the worker; `done` is set on the event loop's side."""
-
-    key: tuple
-    sentences: list[str]
-    prefixes: list[str] | None
-    done: Callable[[Any, BaseException | None], None]
-    tokens: int = 0
-    arrived: float = field(default_factory=time.monotonic)
-
-
-class Batcher:
-    """Collects the jobs that arrive within `window` seconds (up to `max_tokens` source tokens) and translates those
-    of the same options as one batch, on one worker thread. Written by hand: no ASGI library batches requests."""
-
-    def __init__(self, run: Callable[[tuple, list[str], list[str] | None], list], window: float, max_tokens: int):
-        self.run, self.window, self.max_tokens = run, window, max_tokens
-        self.jobs: list[Job] = []
-        self.ready = threading.Condition()
-        self.batches = 0
-        threading.Thread(target=self.work, daemon=True, name="vaswani-serve-worker").start()
-
-    def submit(self, job: Job) -> None:
-        with self.ready:
-            self.jobs.append(job)
-            self.ready.notify()
-
-    def work(self) -> None:
-        while True:
-            with self.ready:
-                while not self.jobs:
-                    self.ready.wait()
-                first = self.jobs[0]
-            time.sleep(max(0.0, first.arrived + self.window - time.monotonic()))
-            with self.ready:
-                taken, budget = [], self.max_tokens
-                for job in list(self.jobs):
-                    if job.key == first.key and (not taken or job.tokens <= budget):
-                        taken.append(job)
-                        budget -= job.tokens
-                        self.jobs.remove(job)
-            self.batches += 1
-            sentences = [s for job in taken for s in job.sentences]
-            prefixes = None
-            if any(job.prefixes is not None for job in taken):
-                prefixes = [p for job in taken for p in (job.prefixes or [""] * len(job.sentences))]
-            try:
-                outputs = self.run(first.key, sentences, prefixes)
-                error = None
-            except BaseException as failure:  # handed to each request, which answers with it
-                outputs, error = None, failure
-            start = 0
-            for job in taken:
-                part = None if outputs is None else outputs[start : start + len(job.sentences)]
-                start += len(job.sentences)
-                job.done(part, error)
+    layers: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
+        None, description="the layers to show, counting from 0 (default: every layer)"
+    )
+    heads: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
+        None, description="the heads to show, counting from 0 (default: every head)"
+    )
 
 
 class Refused(Exception):
     """A request the server will not run: answered with `status` and the JSON error naming `field`."""
 
-    def __init__(self, status: int, field_name: str, message: str):
+    def __init__(self, status: int, field_name: str, message: str, headers: dict | None = None):
         super().__init__(message)
-        self.status, self.field_name, self.message = status, field_name, message
+        self.status, self.field_name, self.message, self.headers = status, field_name, message, headers
 
 
-def error_response(status: int, field_name: str, message: str) -> JSONResponse:
-    return JSONResponse(status_code=status, content={"error": {"field": field_name, "message": message}})
+def error_response(status: int, field_name: str, message: str, headers: dict | None = None) -> Response:
+    content = error_body(field_name, message)
+    return Response(content, status_code=status, headers=headers, media_type="application/json")
 
 
-def create_app(
-    models: dict, window: float = 0.01, max_tokens: int = 4000, max_input_tokens: int | None = None
-) -> FastAPI:
-    """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default): requests arriving
-    within `window` seconds share a batch of up to `max_tokens` source tokens; a text longer than `max_input_tokens`
-    (default: each model's max_position_embeddings) is refused."""
+def bounded(texts: list[str], field_name: str, limits: Limits) -> None:
+    """Refuses, before any tokenizing, more texts than a request may hold, a text longer than `max_chars`, and text
+    that is not Unicode (a lone surrogate, which JSON's \\uD800 escapes can carry and no tokenizer can read)."""
+    if len(texts) > limits.max_texts:
+        raise Refused(422, field_name, f"{len(texts)} texts; expected at most {limits.max_texts} a request")
+    for number, text in enumerate(texts):
+        where = f"{field_name}.{number}" if len(texts) > 1 else field_name
+        if len(text) > limits.max_chars:
+            raise Refused(
+                422, where, f"a text of {len(text):,} characters; expected at most {limits.max_chars:,} (--max_chars)"
+            )
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            raise Refused(
+                422, where, f"a lone surrogate {text[error.start]!r} at character {error.start}; expected Unicode text"
+            ) from None
+
+
+def create_app(models: dict, limits: Limits = Limits(), keys=(), rate_limit: str | None = None) -> FastAPI:
+    """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default), within `limits`;
+    with `keys`, the API answers only requests that carry one (Authorization: Bearer KEY); with `rate_limit`
+    ("120/minute"), each client (its key, else its address) is held to it."""
     names = list(models)
     for model, _ in models.values():
-        input_token_limit(model, max_input_tokens)  # refuses a limit beyond an export's position table
+        input_token_limit(model, limits.max_input_tokens)  # refuses a limit beyond an export's position table
+    metrics = Metrics()
+    checker = Checker({name: tokenizer for name, (_, tokenizer) in models.items()})
+    checking_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vaswani-serve-check")
+
+    def run(key: tuple, items: list, stop: Stop) -> list:
+        """A batch's work, on the worker thread: one output per item."""
+        kind, name, *options = key
+        model, tokenizer = models[name]
+        if kind == "translate":
+            return run_translation(model, tokenizer, items, options, stop)
+        if kind == "score":
+            sources, targets = zip(*items, strict=True)
+            scores = score(model, tokenizer, sources, targets, max_tokens=limits.max_tokens, progress=False)
+            return [{"total": s.total, "mean": s.mean, "tokens": s.tokens, "log_probs": s.log_probs} for s in scores]
+        return [attention_answer(name, model, tokenizer, *item) for item in items]
+
+    def run_translation(model, tokenizer, items: list, options: list, stop: Stop) -> list:
+        num_beams, paper_decoding, nbest, max_new_tokens = options
+        sentences = [sentence for sentence, _ in items]
+        prefixes = None
+        if any(prefix is not None for _, prefix in items):
+            prefixes = [prefix or "" for _, prefix in items]
+        settings = {"paper_decoding": paper_decoding, "max_tokens": limits.max_tokens, "progress": False}
+        settings |= {k: v for k, v in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)) if v}
+        if isinstance(model, torch.nn.Module):  # CTranslate2 decodes a batch in one call, with no step to stop at
+            settings["stopping_criteria"] = StoppingCriteriaList([stop.criteria])
+        if nbest:
+            lists = translate_nbest(model, tokenizer, sentences, nbest, target_prefixes=prefixes, **settings)
+            return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
+        return translate(model, tokenizer, sentences, target_prefixes=prefixes, **settings)
+
+    def on_batch(key: tuple, jobs: list[Job], seconds: float) -> None:
+        metrics.batch(key[0], sum(len(job.items) for job in jobs), sum(job.tokens for job in jobs), seconds)
+
+    worker = Worker(run, limits.window, limits.max_tokens, limits.max_queue, on_batch)
+    metrics.watch(worker.counts)
+
+    @asynccontextmanager
+    async def lifespan(app):
+        yield
+        # uvicorn has stopped taking connections and waited for those in flight; what is left is refused or dropped.
+        finished = await asyncio.to_thread(worker.close, limits.timeout_s)
+        outcome = "every request accepted was answered" if finished else "requests still in flight were dropped"
+        print(f"vaswani-serve: stopped; {outcome}", file=sys.stderr, flush=True)
+        checking_threads.shutdown(wait=False, cancel_futures=True)
+
     # FastAPIOffline: FastAPI whose /docs and /redoc take Swagger UI and ReDoc from its own package, not a CDN.
-    app = FastAPIOffline(title="vaswani-serve", description="Attention Is All You Need, translating")
+    app = FastAPIOffline(
+        title="vaswani-serve", description="Attention Is All You Need, translating", lifespan=lifespan
+    )
+    app.state.worker, app.state.metrics = worker, metrics
+    limiter = RateLimit(rate_limit) if rate_limit else None
+    app.add_middleware(Gate, metrics=metrics, keys=keys, rate_limit=limiter, max_body_bytes=limits.max_body_bytes)
 
     def chosen(name: str | None) -> tuple[str, Any, Any]:
         """The served model named `name` (None: the first), with its tokenizer."""
@@ -164,29 +212,198 @@ def create_app(
             raise Refused(404, "model", f"no model named {name!r}; expected one of {names}")
         return name, *models[name]
 
-    def checked(model, tokenizer, texts: list[str], field_name: str, side: str = "source") -> list[int]:
-        """The texts' lengths in tokens, after the commands' checks (empty, longer than the model's positions)."""
+    async def checked(check, *arguments):
+        """`check(*arguments)` on a checking thread: tokenizing stays off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(checking_threads, check, *arguments)
+
+    def lengths(name: str, texts: list[str], field_name: str, side: str = "source", limit: int | None = None):
+        """The texts' lengths in tokens, after the commands' checks (empty, longer than the input limit)."""
+        model, _ = models[name]
+        limit = limit or input_token_limit(model, limits.max_input_tokens)
         try:
-            return check_sentences(tokenizer, texts, input_token_limit(model, max_input_tokens), side=side)
+            return check_sentences(checker.tokenizer(name), texts, limit, side=side)
         except InputError as refused:
             raise Refused(422, field_name, str(refused)) from refused
 
-    def run(key: tuple, sentences: list[str], prefixes: list[str] | None) -> list:
-        name, num_beams, paper_decoding, nbest, max_new_tokens = key
-        model, tokenizer = models[name]
-        settings = {"paper_decoding": paper_decoding, "max_tokens": max_tokens, "progress": False}
-        settings |= {k: v for k, v in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)) if v}
-        if nbest:
-            lists = translate_nbest(model, tokenizer, sentences, nbest, target_prefixes=prefixes, **settings)
-            return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
-        return translate(model, tokenizer, sentences, target_prefixes=prefixes, **settings)
+    async def work(http: Request, key: tuple, items: list, tokens: int) -> list:
+        """The outputs of `items`, worked on by the worker in a batch with whatever arrives with them; dropped when
+        the client goes away, refused at the time limit or when the queue is full."""
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
 
-    batcher = Batcher(run, window, max_tokens)
-    app.state.batcher = batcher
+        def done(outputs, failure):
+            def settle():
+                if not answer.done():
+                    answer.set_exception(failure) if failure else answer.set_result(outputs)
+
+            loop.call_soon_threadsafe(settle)
+
+        job = Job(key, items, done, tokens=tokens, deadline=loop.time() + limits.timeout_s)
+        try:
+            worker.submit(job)
+        except Overloaded as busy:
+            raise Refused(503, "server", str(busy), {"Retry-After": str(busy.retry_after)}) from busy
+        gone = asyncio.ensure_future(disconnected(http))
+        try:
+            finished, _ = await asyncio.wait(
+                {answer, gone}, timeout=job.deadline - loop.time(), return_when="FIRST_COMPLETED"
+            )
+        finally:
+            gone.cancel()
+        if answer in finished:
+            try:
+                return answer.result()
+            except ValueError as refused:  # the checks of translate() and generate(): the request's own fault
+                raise Refused(422, "body", str(refused)) from refused
+            except Cancelled:
+                pass  # the worker dropped it at the time limit
+        worker.cancel(job)
+        if gone in finished:
+            metrics.dropped.labels("client gone").inc()
+            raise Refused(499, "client", "the client went away; its work was dropped")
+        metrics.dropped.labels("time limit").inc()
+        raise Refused(504, "server", f"no answer within the time limit of {limits.timeout_s:g} s (--timeout_s)")
+
+    install_error_handlers(app)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def page():
+        return PAGE.read_text(encoding="utf-8")
+
+    @app.get("/health")
+    async def health():
+        queued, running = worker.counts()
+        status = "shutting down" if worker.closed else "ok"
+        return {"status": status, "models": names, "batches": worker.batches, "queued": queued, "running": running}
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics_endpoint():
+        return Response(metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    def check_translation(request: TranslateRequest, name: str, sentences, prefixes) -> list[int]:
+        """The texts' lengths, after the translate command's checks of the texts and options, each error naming its
+        field; what translate() and generate() check again is caught here, before the request joins a batch."""
+        model, _ = models[name]
+        if prefixes is not None and len(prefixes) != len(sentences):
+            raise Refused(
+                422, "target_prefix", f"{len(prefixes)} prefixes for {len(sentences)} texts; expected one a text"
+            )
+        found = lengths(name, sentences, "text")
+        if max(found) > limits.max_tokens:
+            raise Refused(
+                422, "text", f"a text of {max(found)} tokens is more than the server's batch of {limits.max_tokens}"
+            )
+        longest = input_token_limit(model, limits.max_input_tokens) + OUTPUT_MARGIN  # Section 6.1, longest text
+        if request.max_new_tokens is not None and request.max_new_tokens > longest:
+            raise Refused(
+                422, "max_new_tokens", f"max_new_tokens {request.max_new_tokens} is more than {longest}, the input "
+                f"limit + {OUTPUT_MARGIN} of Section 6.1; expected at most {longest}",
+            )  # fmt: skip
+        room_limits = {"max_new_tokens": request.max_new_tokens} if request.max_new_tokens else {}
+        try:
+            if request.nbest is not None:
+                check_nbest(model, request.nbest, request.num_beams)
+        except InputError as refused:
+            raise Refused(422, "nbest", str(refused)) from refused
+        try:
+            room = lambda: output_room(model, found, request.paper_decoding, room_limits)  # noqa: E731
+            prefix_ids(checker.tokenizer(name), prefixes, room)
+        except InputError as refused:
+            raise Refused(422, "target_prefix", str(refused)) from refused
+        return found
+
+    @app.post("/translate")
+    async def translate_endpoint(request: TranslateRequest, http: Request):
+        name, _, _ = chosen(request.model)
+        single = isinstance(request.text, str)
+        sentences = [request.text] if single else request.text
+        prefixes = [request.target_prefix] if isinstance(request.target_prefix, str) else request.target_prefix
+        bounded(sentences, "text", limits)
+        if prefixes is not None:
+            bounded(prefixes, "target_prefix", limits)
+        found = await checked(check_translation, request, name, sentences, prefixes)
+        key = ("translate", name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
+        items = list(zip(sentences, prefixes or [None] * len(sentences), strict=True))
+        outputs = await work(http, key, items, sum(found))
+        return {"model": name, "translations": outputs[0] if single else outputs}
+
+    def check_score(name: str, sources: list[str], targets: list[str]) -> int:
+        if len(sources) != len(targets):
+            raise Refused(422, "target", f"{len(targets)} targets for {len(sources)} sources; expected one each")
+        found = lengths(name, sources, "source")
+        found_targets = lengths(name, targets, "target", side="target")
+        longest = max(s + t for s, t in zip(found, found_targets, strict=True))
+        if longest > limits.max_tokens:
+            raise Refused(
+                422, "source", f"a pair of {longest} tokens is more than the server's batch of {limits.max_tokens}"
+            )
+        return sum(found)
+
+    @app.post("/score")
+    async def score_endpoint(request: ScoreRequest, http: Request):
+        name, _, _ = chosen(request.model)
+        bounded(request.source, "source", limits)
+        bounded(request.target, "target", limits)
+        tokens = await checked(check_score, name, request.source, request.target)
+        scores = await work(http, ("score", name), list(zip(request.source, request.target, strict=True)), tokens)
+        return {"model": name, "scores": scores}
+
+    def check_attention(name: str, model, request: AttentionRequest) -> int:
+        limit = min(limits.max_attention_tokens, input_token_limit(model, limits.max_input_tokens))
+        (found,) = lengths(name, [request.text], "text", limit=limit)
+        config = model.config
+        for field_name, chosen_ones, count in (
+            ("layers", request.layers, min(config.encoder_layers, config.decoder_layers)),  # in each stack
+            ("heads", request.heads, config.num_heads),
+        ):
+            if chosen_ones is not None and max(chosen_ones) >= count:
+                raise Refused(422, field_name, f"{field_name} {chosen_ones}; the model has {count}, counted from 0")
+        return found
+
+    def attention_answer(name: str, model, tokenizer, text: str, layers, heads) -> bytes:
+        """The /attention answer, as JSON bytes (built here, on the worker, not on the event loop)."""
+        outputs, source, target = attention_maps(model, tokenizer, text)
+        answer = {"model": name, "source_tokens": source, "target_tokens": target}
+        for kind, (field_name, _) in ATTENTION_KINDS.items():
+            maps = getattr(outputs, field_name)
+            kept = [maps[i][0] for i in (layers if layers is not None else range(len(maps)))]
+            answer[kind] = [
+                (layer if heads is None else layer[heads]).double().round(decimals=ATTENTION_DIGITS).tolist()
+                for layer in kept
+            ]
+        return json.dumps(answer).encode()
+
+    @app.post("/attention")
+    async def attention_endpoint(request: AttentionRequest, http: Request):
+        name, model, _ = chosen(request.model)
+        if not isinstance(model, torch.nn.Module):
+            raise Refused(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
+        bounded([request.text], "text", limits)
+        tokens = await checked(check_attention, name, model, request)
+        item = (request.text, request.layers, request.heads)
+        (content,) = await work(http, ("attention", name), [item], tokens)
+        return Response(content, media_type="application/json")
+
+    return app
+
+
+async def disconnected(http: Request) -> None:
+    """Returns once the client has gone (the body was read already, so the next message is the disconnect)."""
+    while (await http.receive())["type"] != "http.disconnect":
+        pass
+
+
+SHORT = reprlib.Repr()  # a value named in an error: short, however large or deep the value
+SHORT.maxlevel, SHORT.maxstring, SHORT.maxother, SHORT.maxlist, SHORT.maxdict = 2, 80, 80, 4, 4
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Every refusal in the API's one shape, whoever raised it: ours, pydantic's and Starlette's (a body that is not
+    UTF-8 or is nested too deep, an unknown path or method), and a 500 that names no internals for the rest."""
 
     @app.exception_handler(Refused)
     async def refused(request: Request, error: Refused):
-        return error_response(error.status, error.field_name, error.message)
+        return error_response(error.status, error.field_name, error.message, error.headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError):
@@ -197,104 +414,44 @@ def create_app(
         # loc holds the field's path, and for a union the member tried ("list[constrained-str]"): the path is kept.
         path = [str(part) for part in first.get("loc", ())[1:] if isinstance(part, int) or part.isidentifier()]
         where = ".".join(path) or "body"
-        return error_response(422, where, f"{first.get('msg')}; got {first.get('input')!r}"[:500])
+        return error_response(422, where, f"{first.get('msg')}; got {SHORT.repr(first.get('input'))}")
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def page():
-        return PAGE.read_text(encoding="utf-8")
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, error: HTTPException):
+        fields = {400: "body", 404: "path", 405: "method"}
+        message = str(error.detail)
+        if error.status_code == 400:  # Starlette's "There was an error parsing the body": not UTF-8, too deep
+            message = "the body could not be read as JSON (not UTF-8, or nested too deep); expected a JSON object"
+        return error_response(error.status_code, fields.get(error.status_code, "request"), message, error.headers)
 
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "models": names, "batches": batcher.batches}
+    @app.exception_handler(Exception)
+    async def failed(request: Request, error: Exception):
+        return error_response(500, "server", f"the server failed ({type(error).__name__}); see its log")
 
-    def check_translation(request: TranslateRequest, model, tokenizer, sentences, prefixes) -> list[int]:
-        """The texts' lengths, after the translate command's checks of the texts and options, each error naming its
-        field; what translate() and generate() check again is caught here, before the request joins a batch."""
-        if prefixes is not None and len(prefixes) != len(sentences):
-            raise Refused(
-                422, "target_prefix", f"{len(prefixes)} prefixes for {len(sentences)} texts; expected one a text"
+
+class GracefulServer(Server):
+    """uvicorn's server, saying what a stop signal (SIGTERM, Ctrl-C) does: uvicorn takes no more connections and
+    waits up to --timeout_s for the requests in flight, which the worker finishes while refusing new work (503);
+    a second signal stops at once."""
+
+    def __init__(self, config: Config, worker: Worker):
+        super().__init__(config)
+        self.worker = worker
+
+    def handle_exit(self, sig: int, frame) -> None:
+        if not self.should_exit:
+            queued, running = self.worker.counts()
+            print(
+                f"vaswani-serve: {signal.Signals(sig).name}: finishing the {queued + running} requests in flight "
+                f"(at most {self.config.timeout_graceful_shutdown} s) and refusing new ones",
+                file=sys.stderr,
+                flush=True,
             )
-        lengths = checked(model, tokenizer, sentences, "text")
-        if max(lengths) > max_tokens:
-            raise Refused(
-                422, "text", f"a text of {max(lengths)} tokens is more than the server's batch of {max_tokens}"
-            )
-        longest = input_token_limit(model, max_input_tokens) + OUTPUT_MARGIN  # Section 6.1 for the longest text
-        if request.max_new_tokens is not None and request.max_new_tokens > longest:
-            raise Refused(
-                422, "max_new_tokens", f"max_new_tokens {request.max_new_tokens} is more than {longest}, the input "
-                f"limit + {OUTPUT_MARGIN} of Section 6.1; expected at most {longest}",
-            )  # fmt: skip
-        limits = {"max_new_tokens": request.max_new_tokens} if request.max_new_tokens else {}
-        try:
-            if request.nbest is not None:
-                check_nbest(model, request.nbest, request.num_beams)
-        except InputError as refused:
-            raise Refused(422, "nbest", str(refused)) from refused
-        try:
-            prefix_ids(tokenizer, prefixes, lambda: output_room(model, lengths, request.paper_decoding, limits))
-        except InputError as refused:
-            raise Refused(422, "target_prefix", str(refused)) from refused
-        return lengths
+            self.worker.refuse_new()
+        super().handle_exit(sig, frame)
 
-    async def batched(job_key: tuple, sentences: list[str], prefixes: list[str] | None, tokens: int) -> list:
-        """The outputs of these sentences, translated by the worker in a batch with whatever arrives with them."""
-        loop = asyncio.get_running_loop()
-        future = loop.create_future()
 
-        def done(outputs, failure):
-            loop.call_soon_threadsafe(lambda: future.set_exception(failure) if failure else future.set_result(outputs))
-
-        batcher.submit(Job(job_key, sentences, prefixes, done, tokens=tokens))
-        try:
-            return await future
-        except ValueError as refused:  # the checks of translate() and generate(): the request's own fault
-            raise Refused(422, "body", str(refused)) from refused
-
-    @app.post("/translate")
-    async def translate_endpoint(request: TranslateRequest):
-        name, model, tokenizer = chosen(request.model)
-        single = isinstance(request.text, str)
-        sentences = [request.text] if single else request.text
-        prefixes = [request.target_prefix] if isinstance(request.target_prefix, str) else request.target_prefix
-        lengths = check_translation(request, model, tokenizer, sentences, prefixes)
-        key = (name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
-        outputs = await batched(key, sentences, prefixes, sum(lengths))
-        return {"model": name, "translations": outputs[0] if single else outputs}
-
-    @app.post("/score")
-    async def score_endpoint(request: ScoreRequest):
-        name, model, tokenizer = chosen(request.model)
-        if len(request.source) != len(request.target):
-            raise Refused(
-                422, "target", f"{len(request.target)} targets for {len(request.source)} sources; expected one each"
-            )
-        checked(model, tokenizer, request.source, "source")
-        checked(model, tokenizer, request.target, "target", side="target")
-        try:
-            scores = await asyncio.to_thread(
-                score, model, tokenizer, request.source, request.target, max_tokens=max_tokens, progress=False
-            )
-        except ValueError as refused:  # a pair longer than the server's batch
-            raise Refused(422, "body", str(refused)) from refused
-        return {
-            "model": name,
-            "scores": [
-                {"total": s.total, "mean": s.mean, "tokens": s.tokens, "log_probs": s.log_probs} for s in scores
-            ],
-        }
-
-    @app.post("/attention")
-    async def attention_endpoint(request: AttentionRequest):
-        name, model, tokenizer = chosen(request.model)
-        if not isinstance(model, torch.nn.Module):
-            raise Refused(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
-        checked(model, tokenizer, [request.text], "text")
-        outputs, source, target = await asyncio.to_thread(attention_maps, model, tokenizer, request.text)
-        maps = {
-            kind: [layer[0].tolist() for layer in getattr(outputs, field_name)]
-            for kind, (field_name, _) in ATTENTION_KINDS.items()
-        }
-        return {"model": name, "source_tokens": source, "target_tokens": target, **maps}
-
-    return app
+def serve(app: FastAPI, sock: socket.socket, timeout_s: int) -> None:
+    """Runs `app` on the listening socket `sock` until a stop signal."""
+    config = Config(app, log_level="info", access_log=False, timeout_graceful_shutdown=timeout_s)
+    GracefulServer(config, app.state.worker).run(sockets=[sock])

@@ -5,6 +5,8 @@ its export."""
 import subprocess
 import time
 import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from helpers.training_setup import command, free_port, trained_tiny_checkpoint
@@ -32,26 +34,39 @@ def exported(checkpoint, tmp_path_factory):
     return export_ctranslate2(str(checkpoint), tmp_path_factory.mktemp("exported") / "ct2")
 
 
-@pytest.fixture(scope="package")
-def server(checkpoint, exported, tmp_path_factory):
+@contextmanager
+def running_server(arguments: list[str], log: Path, timeout: float = 120):
+    """`vaswani-serve ARGUMENTS` on 127.0.0.1 at a free port, in a process of its own, until the block ends; yields
+    its URL and process once /health answers. Its output goes to `log` (a file, not a pipe nobody reads that could
+    fill)."""
     port = free_port()
-    models = [str(checkpoint)] + ([str(exported)] if exported else [])
-    log = tmp_path_factory.mktemp("server") / "server.log"  # a file, not a pipe nobody reads that could fill
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [*command("serve"), *models, "--port", str(port), "--max_input_tokens", str(MAX_INPUT_TOKENS)],
-            stdout=output,
-            stderr=subprocess.STDOUT,
+            [*command("serve"), *arguments, "--port", str(port)], stdout=output, stderr=subprocess.STDOUT
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=1):
-                break
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=1):
+                    break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")
+                time.sleep(0.2)
+        yield url, process
+    finally:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+@pytest.fixture(scope="package")
+def server(checkpoint, exported, tmp_path_factory):
+    models = [str(checkpoint)] + ([str(exported)] if exported else [])
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with running_server([*models, "--max_input_tokens", str(MAX_INPUT_TOKENS)], log) as (url, _):
+        yield url

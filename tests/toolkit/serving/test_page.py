@@ -4,6 +4,7 @@ chromium-driver): type sentences, read the translations, open one's attention an
 import shutil
 
 import pytest
+from conftest import running_server
 from test_server import REFERENCES, SENTENCES, get_json, post
 
 webdriver = pytest.importorskip(
@@ -129,3 +130,22 @@ def test_the_page_translates_with_the_chosen_model_and_options(server, browser, 
         browser.find_elements(By.CSS_SELECTOR, "#translations li")[0].click()
         WebDriverWait(browser, 60).until(lambda b: "CTranslate2" in b.find_element(By.ID, "status").text)
         assert browser.find_element(By.ID, "status").get_attribute("class") == "error"
+
+
+def test_the_page_sends_the_key_a_server_asks_for(checkpoint, browser, tmp_path):
+    """A server that requires a key: without one the page shows the server's 401 message; with the key typed in,
+    the page sends it as a bearer header and shows the translations."""
+    key = "page-test-key-0123456789"
+    with running_server([str(checkpoint), "--api_key", key], tmp_path / "log") as (url, _):
+        browser.get(url + "/")
+        WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#model option"))
+        source = browser.find_element(By.ID, "source")
+        source.clear()
+        source.send_keys(SENTENCES[0])
+        browser.find_element(By.ID, "translate").click()
+        WebDriverWait(browser, 60).until(lambda b: "no API key" in b.find_element(By.ID, "status").text)
+        assert browser.find_element(By.ID, "status").get_attribute("class") == "error"
+        browser.find_element(By.ID, "key").send_keys(key)
+        browser.find_element(By.ID, "translate").click()
+        WebDriverWait(browser, 120).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#translations li"))
+        assert browser.find_element(By.CSS_SELECTOR, "#translations li").text == REFERENCES[0]

@@ -1,0 +1,221 @@
+"""What every request passes before the API reads it (an ASGI middleware around the app): the API key, the client's
+request limit, the content type, and the body, read here whole up to a byte limit; then, once answered, the access
+log line and the request metrics. Each refusal is the API's JSON error (`error_body`), before any parsing or work.
+
+Written by hand: Starlette's middlewares check none of these, and a body limit must stop reading at the limit, which
+only a middleware that owns `receive` can do.
+"""
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from limits import parse
+from limits.storage import MemoryStorage
+from limits.strategies import MovingWindowRateLimiter
+
+from .metrics import Metrics
+
+ACCESS_LOG = logging.getLogger("vaswani_serve.access")
+OPEN_PATHS = ("/", "/health", "/docs", "/redoc", "/openapi.json", "/docs/oauth2-redirect")  # pages, no data
+MIN_KEY_LENGTH = 16
+DISCARD_BYTES = 64 * 2**20  # a refused body is read (and dropped) up to this size, then the connection is dropped
+
+
+def error_body(field_name: str, message: str) -> bytes:
+    """The API's one error shape. ASCII-escaped, so that any text a client sent (a lone surrogate too) can be named
+    in a message without failing to encode."""
+    return json.dumps({"error": {"field": field_name, "message": message}}, ensure_ascii=True).encode()
+
+
+def fingerprint(key: str) -> str:
+    """How logs and metrics name a key: never the key itself."""
+    return "key-" + hashlib.sha256(key.encode()).hexdigest()[:8]
+
+
+def read_keys(keys: Iterable[str], keys_file=None) -> list[str]:
+    """The API keys of --api_key and of --api_keys_file (one a line; blank lines and # comments skipped), each of at
+    least MIN_KEY_LENGTH characters: a key is a password."""
+    keys = list(keys)
+    if keys_file is not None:
+        lines = keys_file.read_text(encoding="utf-8").splitlines()
+        keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+        if not keys:
+            raise ValueError(f"--api_keys_file {keys_file} holds no key; expected one key a line")
+    for key in keys:
+        if len(key) < MIN_KEY_LENGTH or any(c.isspace() for c in key):
+            raise ValueError(
+                f"an API key ({fingerprint(key)}) of {len(key)} characters; expected at least {MIN_KEY_LENGTH} "
+                "characters and no spaces (it is a password)"
+            )
+    return keys
+
+
+@dataclass
+class Refusal:
+    status: int
+    field_name: str
+    message: str
+    headers: tuple = ()
+
+
+class RateLimit:
+    """At most `rate` (limits' notation: "120/minute", "10/second") requests a client, counted in a moving window;
+    a client is its API key, else its address. The `limits` package (the core of slowapi and Flask-Limiter), chosen
+    over pyrate-limiter: exact in a moving window, the time to wait known, 3.7 us a request (docs/serving.md)."""
+
+    def __init__(self, rate: str):
+        try:
+            self.rate = parse(rate)
+        except ValueError as error:
+            raise ValueError(f"--rate_limit {rate!r}: {error}; expected e.g. 120/minute or 5/second") from None
+        self.limiter = MovingWindowRateLimiter(MemoryStorage())
+
+    def refusal(self, client: str) -> Refusal | None:
+        if self.limiter.hit(self.rate, client):
+            return None
+        reset = self.limiter.get_window_stats(self.rate, client).reset_time
+        wait = max(1, round(reset - time.time() + 0.5))
+        message = f"more than {self.rate} requests from this client; retry in {wait} s"
+        return Refusal(429, "client", message, (("retry-after", str(wait)),))
+
+
+class Gate:
+    """The ASGI middleware. `keys`: API keys required of the API (POST and /metrics) when not empty; `rate_limit`:
+    a RateLimit or None; `max_body_bytes`: the largest body read."""
+
+    def __init__(self, app, metrics: Metrics, keys=(), rate_limit: RateLimit | None = None, max_body_bytes=10**6):
+        self.app, self.metrics, self.rate_limit, self.max_body_bytes = app, metrics, rate_limit, max_body_bytes
+        self.keys = {key.encode(): fingerprint(key) for key in keys}
+
+    def client(self, scope, headers: dict) -> tuple[str | None, Refusal | None]:
+        """The request's API key's fingerprint (None without keys), or its refusal."""
+        if not self.keys or (scope["method"] == "GET" and scope["path"] in OPEN_PATHS):
+            return None, None
+        scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
+        for key, name in self.keys.items():
+            if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), key):
+                return name, None
+        told = "a wrong API key" if given else "no API key"
+        message = f"{told}; expected the header Authorization: Bearer KEY, with a key this server was given"
+        return None, Refusal(401, "authorization", message, (("www-authenticate", "Bearer"),))
+
+    def refusal(self, scope, headers: dict, key_name: str | None) -> Refusal | None:
+        if self.rate_limit is not None and scope["method"] == "POST":
+            refused = self.rate_limit.refusal(key_name or address(scope))
+            if refused:
+                return refused
+        if scope["method"] == "POST":
+            media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if media_type != b"application/json":
+                given = media_type.decode("latin-1") or "none"
+                return Refusal(415, "content-type", f"Content-Type {given}; expected application/json")
+        return None
+
+    def too_large(self, size: int) -> Refusal:
+        return Refusal(
+            413, "body", f"a body of {size:,} bytes or more; expected at most {self.max_body_bytes:,} bytes "
+            "(--max_body_bytes)",
+        )  # fmt: skip
+
+    async def read_body(self, receive, headers: dict) -> tuple[bytes, Refusal | None]:
+        """The whole body, or its refusal: empty, or larger than the limit. A body over the limit is kept no further
+        and read on only to be discarded (up to DISCARD_BYTES), so that the client, still sending, reads the 413
+        rather than a reset connection."""
+        length = headers.get(b"content-length", b"")
+        chunks, size = [], 0
+        refused = self.too_large(int(length)) if length.isdigit() and int(length) > self.max_body_bytes else None
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return b"", Refusal(499, "client", "the client went away while sending")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if refused is None and size > self.max_body_bytes:
+                refused, chunks = self.too_large(size), []
+            if refused is None:
+                chunks.append(chunk)
+            if not message.get("more_body", False) or size > DISCARD_BYTES:
+                break
+        if refused is None and size == 0:
+            refused = Refusal(400, "body", "an empty body; expected a JSON object")
+        return (b"", refused) if refused else (b"".join(chunks), None)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        headers = dict(scope["headers"])
+        answer = {"status": 500, "bytes": 0}
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                answer["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                answer["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        key_name, refused = self.client(scope, headers)
+        refused = refused or self.refusal(scope, headers, key_name)
+        body = b""
+        if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
+            body, refused = await self.read_body(receive, headers)
+        try:
+            if refused is not None:
+                await respond(sending, refused)
+            else:
+                await self.app(scope, replay(body, receive), sending)
+        finally:
+            seconds = time.perf_counter() - started
+            self.metrics.answered(scope["path"], answer["status"], seconds)
+            log_access(scope, key_name, answer, len(body), seconds)
+
+
+def replay(body: bytes, receive):
+    """`receive` for the app: the body read already, then the connection's own messages (its disconnect)."""
+    sent = False
+
+    async def receiving():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return receiving
+
+
+async def respond(send, refused: Refusal) -> None:
+    content = error_body(refused.field_name, refused.message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
+    headers += [(name.encode(), value.encode()) for name, value in refused.headers]
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
+    await send({"type": "http.response.body", "body": content})
+
+
+def address(scope) -> str:
+    return scope["client"][0] if scope.get("client") else "unknown"
+
+
+def log_access(scope, key_name: str | None, answer: dict, bytes_in: int, seconds: float) -> None:
+    """One JSON line a request: who, what, the answer and how long it took (never a key or a text)."""
+    if ACCESS_LOG.isEnabledFor(logging.INFO):
+        ACCESS_LOG.info(
+            json.dumps(
+                {
+                    "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "client": address(scope),
+                    "key": key_name,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "status": answer["status"],
+                    "ms": round(1000 * seconds, 1),
+                    "bytes_in": bytes_in,
+                    "bytes_out": answer["bytes"],
+                }
+            )
+        )
