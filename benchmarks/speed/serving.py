@@ -4,6 +4,7 @@ requests/s and p50/p95 latency for each, the batches the server formed, the rati
 translations under load differ from those of one client at a time (none should: batching does not change them)."""
 
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
@@ -33,29 +35,65 @@ def serve_command() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "modeling_vaswani.toolkit.cli.serve"]
 
 
+def server_environment(pythonpath: str | None = None) -> dict:
+    """This process's environment, with `pythonpath` first on PYTHONPATH: to run another checkout's server (a
+    before/after comparison) with this environment's packages."""
+    environment = dict(os.environ)
+    if pythonpath:
+        environment["PYTHONPATH"] = os.pathsep.join(filter(None, [str(pythonpath), environment.get("PYTHONPATH")]))
+    return environment
+
+
+@dataclass
+class Server:
+    url: str
+    pid: int  # the server's own process: its memory is what the abuse rounds read
+    log: Path
+
+
 @contextmanager
-def running_server(model_dir: Path, log: Path, timeout: float = 300):
-    """`vaswani-serve MODEL` on 127.0.0.1 at a free port until the block ends; yields its URL once /health answers."""
-    port = free_port()
-    with log.open("wb") as output:
-        command = [*serve_command(), str(model_dir), "--port", str(port)]
-        process = subprocess.Popen(command, stdout=output, stderr=output)
-    url = f"http://127.0.0.1:{port}"
+def running_servers(specs: list[tuple[Path, Path, list]], timeout: float = 300, pythonpath: str | None = None):
+    """`vaswani-serve MODEL [ARGS]` for each (model folder, log file, ARGS) of `specs`, on 127.0.0.1 at free ports,
+    started together (their start-ups overlap) and stopped when the block ends; yields them once each /health
+    answers. Each runs in its log's folder, so that no folder of this checkout shadows the package it imports."""
+    started = []
     try:
+        for model_dir, log, extra_args in specs:
+            port = free_port()
+            with log.open("wb") as output:
+                command = [*serve_command(), str(model_dir), "--port", str(port), *map(str, extra_args)]
+                process = subprocess.Popen(
+                    command, stdout=output, stderr=output, env=server_environment(pythonpath), cwd=log.parent
+                )
+            started.append((process, Server(f"http://127.0.0.1:{port}", process.pid, log)))
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=1):
-                    break
-            except OSError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    output = log.read_text(errors="replace")[-3000:]
-                    raise RuntimeError(f"vaswani-serve did not start; its output:\n{output}") from None
-                time.sleep(0.2)
-        yield url
+        for process, server in started:
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{server.url}/health", timeout=1):
+                        break
+                except OSError:
+                    if process.poll() is not None or time.monotonic() > deadline:
+                        output = server.log.read_text(errors="replace")[-3000:]
+                        raise RuntimeError(f"vaswani-serve did not start; its output:\n{output}") from None
+                    time.sleep(0.2)
+        yield [server for _, server in started]
     finally:
-        process.terminate()
-        process.wait(timeout=60)
+        for process, _ in started:
+            process.terminate()
+        for process, _ in started:
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # a server still busy with work nobody waits for
+                process.kill()
+                process.wait(timeout=60)
+
+
+@contextmanager
+def running_server(model_dir: Path, log: Path, timeout: float = 300, extra_args=(), pythonpath: str | None = None):
+    """`vaswani-serve MODEL [extra_args]` (see running_servers), yielded once /health answers."""
+    with running_servers([(model_dir, log, list(extra_args))], timeout, pythonpath) as (server,):
+        yield server
 
 
 def translate_request(url: str, text: str) -> tuple[float, str | None]:
@@ -113,10 +151,16 @@ def measure(url: str, sentences: list[str], clients: int) -> dict:
 
 
 def run_benchmark(
-    model_dir: Path, requests: int, clients: int, log: Path, progress: Callable[[str], None] = print
+    model_dir: Path,
+    requests: int,
+    clients: int,
+    log: Path,
+    progress: Callable[[str], None] = print,
+    pythonpath: str | None = None,
 ) -> dict:
     sentences, _ = test_set("test2016", requests)
-    with running_server(model_dir, log) as url:
+    with running_server(model_dir, log, pythonpath=pythonpath) as server:
+        url = server.url
         translate_request(url, sentences[0])  # warm-up: the first request pays for lazy set-up
         progress(f"one client at a time, {len(sentences)} requests")
         alone = measure(url, sentences, 1)

@@ -6,6 +6,7 @@ Written by hand: Starlette's middlewares check none of these, and a body limit m
 only a middleware that owns `receive` can do.
 """
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -88,9 +89,19 @@ class Gate:
     """The ASGI middleware. `keys`: API keys required of the API (POST and /metrics) when not empty; `rate_limit`:
     a RateLimit or None; `max_body_bytes`: the largest body read."""
 
-    def __init__(self, app, metrics: Metrics, keys=(), rate_limit: RateLimit | None = None, max_body_bytes=10**6):
+    def __init__(
+        self,
+        app,
+        metrics: Metrics,
+        keys=(),
+        rate_limit: RateLimit | None = None,
+        max_body_bytes: int = 10**6,
+        max_in_flight: int = 128,
+        body_seconds: float = 60.0,
+    ):
         self.app, self.metrics, self.rate_limit, self.max_body_bytes = app, metrics, rate_limit, max_body_bytes
         self.keys = {key.encode(): fingerprint(key) for key in keys}
+        self.max_in_flight, self.body_seconds, self.in_flight = max_in_flight, body_seconds, 0
 
     def client(self, scope, headers: dict) -> tuple[str | None, Refusal | None]:
         """The request's API key's fingerprint (None without keys), or its refusal."""
@@ -109,6 +120,9 @@ class Gate:
             refused = self.rate_limit.refusal(key_name or address(scope))
             if refused:
                 return refused
+        if scope["method"] == "POST" and self.in_flight >= self.max_in_flight:
+            message = f"the server is busy: {self.in_flight} requests are in flight; retry in 1 s"
+            return Refusal(503, "server", message, (("retry-after", "1"),))
         if scope["method"] == "POST":
             media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if media_type != b"application/json":
@@ -121,6 +135,15 @@ class Gate:
             413, "body", f"a body of {size:,} bytes or more; expected at most {self.max_body_bytes:,} bytes "
             "(--max_body_bytes)",
         )  # fmt: skip
+
+    async def read_body_in_time(self, receive, headers: dict) -> tuple[bytes, Refusal | None]:
+        """`read_body`, refused (408) when the body takes longer than the request's time limit to arrive: a client
+        sending a byte a second holds no place for long."""
+        try:
+            return await asyncio.wait_for(self.read_body(receive, headers), self.body_seconds)
+        except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
+            message = f"the body took more than {self.body_seconds:g} s to arrive (--timeout_s); expected it sooner"
+            return b"", Refusal(408, "body", message)
 
     async def read_body(self, receive, headers: dict) -> tuple[bytes, Refusal | None]:
         """The whole body, or its refusal: empty, or larger than the limit. A body over the limit is kept no further
@@ -161,15 +184,17 @@ class Gate:
 
         key_name, refused = self.client(scope, headers)
         refused = refused or self.refusal(scope, headers, key_name)
-        body = b""
-        if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
-            body, refused = await self.read_body(receive, headers)
+        body, counted = b"", refused is None and scope["method"] == "POST"
+        self.in_flight += counted  # POST requests between here and their answer: their bodies, checks and work
         try:
+            if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
+                body, refused = await self.read_body_in_time(receive, headers)
             if refused is not None:
                 await respond(sending, refused)
             else:
                 await self.app(scope, replay(body, receive), sending)
         finally:
+            self.in_flight -= counted
             seconds = time.perf_counter() - started
             self.metrics.answered(scope["path"], answer["status"], seconds)
             log_access(scope, key_name, answer, len(body), seconds)

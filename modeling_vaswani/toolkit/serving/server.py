@@ -203,7 +203,10 @@ def create_app(models: dict, limits: Limits = Limits(), keys=(), rate_limit: str
     )
     app.state.worker, app.state.metrics = worker, metrics
     limiter = RateLimit(rate_limit) if rate_limit else None
-    app.add_middleware(Gate, metrics=metrics, keys=keys, rate_limit=limiter, max_body_bytes=limits.max_body_bytes)
+    app.add_middleware(
+        Gate, metrics=metrics, keys=keys, rate_limit=limiter, max_body_bytes=limits.max_body_bytes,
+        max_in_flight=2 * limits.max_queue, body_seconds=limits.timeout_s,
+    )  # fmt: skip
 
     def chosen(name: str | None) -> tuple[str, Any, Any]:
         """The served model named `name` (None: the first), with its tokenizer."""

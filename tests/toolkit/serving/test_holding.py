@@ -460,3 +460,29 @@ def test_startup_problems_are_refused_before_any_model_loads(tmp_path):
             assert "Traceback" not in done.stderr and "does not exist" not in done.stderr
             assert message in done.stderr.strip().splitlines()[-1], done.stderr  # one line (after argparse's usage)
             assert time.perf_counter() - started < 60
+
+
+def test_slow_bodies_are_cut_off_and_hold_no_place_for_long(strict_server):
+    """Clients that send the headers and then a byte at a time: at most twice --max_queue (4) requests are in flight
+    at once, so a fifth is answered 503 at once; each slow body is refused 408 at the time limit (1 s), and then the
+    server answers again."""
+    url, _, _ = strict_server
+    port = int(url.rsplit(":", 1)[1])
+    slow = []
+    for _ in range(4):
+        sock = socket.create_connection(("127.0.0.1", port))
+        sock.sendall(
+            f"POST /translate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\nContent-Type: application/json\r\n"
+            "Content-Length: 100\r\n\r\n{".encode()
+        )
+        slow.append(sock)
+    time.sleep(0.3)
+    status, headers, answer = call(f"{url}/translate", {"text": SENTENCES[0]}, {"Authorization": f"Bearer {KEY}"})
+    assert (status, answer["error"]["field"], headers["Retry-After"]) == (503, "server", "1"), answer
+    assert "in flight" in answer["error"]["message"]
+    for sock in slow:
+        sock.settimeout(10)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 408"), "no 408 for a slow body"
+        sock.close()
+    status, _, answer = call(f"{url}/translate", {"text": SENTENCES[0]}, {"Authorization": f"Bearer {KEY}"})
+    assert status == 200, answer
