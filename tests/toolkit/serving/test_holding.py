@@ -446,6 +446,7 @@ def test_startup_problems_are_refused_before_any_model_loads(tmp_path):
             (["--port", "0"], "expected a port number from 1 to 65535"),
             (["--host", "0.0.0.0", "--port", str(free_port())], "--allow_anonymous"),
             (["--api_key", "short", "--port", str(free_port())], "expected at least 16 characters"),
+            (["--port", str(free_port())], "does not exist"),  # the address is free: then the model is looked for
         ]
         for arguments, message in cases:
             started = time.perf_counter()
@@ -457,7 +458,8 @@ def test_startup_problems_are_refused_before_any_model_loads(tmp_path):
             )
             assert done.returncode == 2, (arguments, done.stderr)
             assert message in done.stderr, (arguments, done.stderr)
-            assert "Traceback" not in done.stderr and "does not exist" not in done.stderr
+            assert "Traceback" not in done.stderr
+            assert ("does not exist" in done.stderr) == (message == "does not exist"), done.stderr
             assert message in done.stderr.strip().splitlines()[-1], done.stderr  # one line (after argparse's usage)
             assert time.perf_counter() - started < 60
 
@@ -486,3 +488,24 @@ def test_slow_bodies_are_cut_off_and_hold_no_place_for_long(strict_server):
         sock.close()
     status, _, answer = call(f"{url}/translate", {"text": SENTENCES[0]}, {"Authorization": f"Bearer {KEY}"})
     assert status == 200, answer
+
+
+def test_keys_from_a_file_each_have_their_own_request_limit(checkpoint, tmp_path):
+    """--api_keys_file (comments and blank lines skipped): each key is a client of its own for --rate_limit, and the
+    access log names each by its fingerprint."""
+    first, second = "first-key-0123456789", "second-key-0123456789"
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"# the team's keys\n{first}\n\n  {second}  \n", encoding="utf-8")
+    log = tmp_path / "log"
+    with running_server([str(checkpoint), "--api_keys_file", str(keys), "--rate_limit", "3/minute"], log) as (url, _):
+        statuses = {
+            key: [
+                call(f"{url}/translate", {"text": SENTENCES[0]}, {"Authorization": f"Bearer {key}"})[0]
+                for _ in range(4)
+            ]
+            for key in (first, second)
+        }
+    assert statuses == {first: [200, 200, 200, 429], second: [200, 200, 200, 429]}
+    named = {json.loads(line)["key"] for line in log.read_text().splitlines() if line.startswith("{")}
+    assert len(named - {None}) == 2 and all(re.fullmatch(r"key-[0-9a-f]{8}", name) for name in named - {None})
+    assert first not in log.read_text() and second not in log.read_text()
