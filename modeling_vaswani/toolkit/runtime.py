@@ -56,4 +56,16 @@ def apply_process_settings(environ=None) -> bool:
     return keep_freed_memory()
 
 
-__all__ = ["apply_process_settings", "keep_freed_memory"]
+def quiet_deepspeed_on_cpu(environ=None) -> None:
+    """Names the CPU as DeepSpeed's accelerator where torch sees no GPU, unless the environment names one: DeepSpeed
+    (the deepspeed extra), imported by accelerate whenever a model is saved, otherwise warns "Setting accelerator to
+    CPU. If you have GPU or other accelerator, we were unable to detect it" in every command, which no user can act
+    on. It chooses the CPU then either way."""
+    import torch
+
+    environ = os.environ if environ is None else environ
+    if "DS_ACCELERATOR" not in environ and not torch.cuda.is_available():
+        environ["DS_ACCELERATOR"] = "cpu"
+
+
+__all__ = ["apply_process_settings", "keep_freed_memory", "quiet_deepspeed_on_cpu"]

@@ -50,6 +50,9 @@ def test_main_job_end_to_end(tmp_path):
         cwd=tmp_path,
     )  # fmt: skip
     assert "sacreBLEU" in trained.stdout and "tokenized BLEU" in trained.stdout
+    # No library warning a user cannot act on: DeepSpeed's guess of the accelerator, torch's pin_memory without a GPU.
+    for warning in ("Setting accelerator to CPU", "pin_memory"):
+        assert warning not in trained.stderr, warning
     model_dir = run / "averaged"
     assert json.loads((model_dir / "generation_config.json").read_text())["length_penalty"] == 1.0  # the preset's
     # Evaluating by translating during training leaves the model's generation settings as they were (transformers'

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
+from ..runtime import quiet_deepspeed_on_cpu
+
 PACKAGE = Path(__file__).resolve().parents[2]  # modeling_vaswani/
 
 ENVIRONMENT_ERRNOS = {
@@ -45,6 +47,7 @@ def command(name: str) -> Callable:
     def decorate(main: Callable) -> Callable:
         @functools.wraps(main)
         def run(argv=None):
+            quiet_deepspeed_on_cpu()
             try:
                 return main(argv)
             except KeyboardInterrupt:

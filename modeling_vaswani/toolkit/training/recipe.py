@@ -43,6 +43,7 @@ from ..evaluation.plotting import plot_training_curves
 from ..evaluation.translate import translate, write_lines
 from ..outputs import MODEL_OUTPUT, atomic_text, check_output_folder, move_files_into, save_into, write_text
 from .averaging import average_checkpoints
+from .budget import plan_run
 from .presets import PRESETS, preset_config, preset_overrides
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
@@ -429,6 +430,8 @@ def train_model(
         processing_class=tokenizer,
         compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
     )
+    if training_args.max_train_minutes and training_args.resume_from_checkpoint is None:
+        plan_run(trainer)  # the budget plans the schedule (a resumed run keeps the one it started with)
     output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_final_model(trainer, Path(training_args.output_dir))
     return trainer, output

@@ -168,6 +168,8 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
                 )
         if self.max_train_minutes is not None and self.max_train_minutes < 0:
             raise ValueError(f"max_train_minutes must be >= 0 (0: no time limit), got {self.max_train_minutes}")
+        if self.dataloader_pin_memory and not torch.cuda.is_available():
+            self.dataloader_pin_memory = False  # pinning needs a GPU; torch warns of it on every run without one
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
 
@@ -215,7 +217,13 @@ class TimeBudgetCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         if time.monotonic() - self.start >= 60 * args.max_train_minutes:
-            logger.info("max_train_minutes=%s reached at step %d", args.max_train_minutes, state.global_step)
+            logger.warning(
+                "max_train_minutes=%s reached at step %d of the %d planned: the machine ran slower than when the "
+                "run was planned (other work beside it?)",
+                args.max_train_minutes,
+                state.global_step,
+                state.max_steps,
+            )
             control.should_training_stop = True
             control.should_save = args.save_strategy != "no"
         return control

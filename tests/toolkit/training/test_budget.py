@@ -1,0 +1,81 @@
+"""The time budget plans the run (training/budget.py): the schedule fitted by hand-computed cases, the warning and
+what it tells a user, and a real run planned on this machine that ends where its plan says, not where a clock cuts
+it."""
+
+import logging
+
+import pytest
+from helpers.training_setup import tiny_checkpoint, tokenized_slice
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+
+from modeling_vaswani.toolkit.training.budget import Plan, fit_schedule, plan_run
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
+
+SMALL = {"max_steps": 4000, "warmup_steps": 400, "save_steps": 150, "eval_steps": 500}  # the small preset's
+
+
+def test_a_quiet_machine_keeps_the_presets_spacing_and_ends_on_a_checkpoint():
+    # 27 minutes, 0.6 s a step, 10 s an evaluation: 0.92 x (1620 - 5 x 10) / 0.6 = 2407.3 steps; warmup 400 (under
+    # 2407 / 6); checkpoints every min(150, int(0.3 x 2407 / 5) = 144) = 144 steps; 2407 rounded down to 16 x 144.
+    assert fit_schedule(27 * 60, 0.6, 10.0, SMALL, 5) == (2304, 400, 144, 460)
+
+
+def test_a_busy_machine_gets_a_whole_schedule_in_fewer_steps():
+    # 3.9 s a step, 30 s an evaluation: 0.92 x (1620 - 150) / 3.9 = 346.8 steps; warmup 346 // 6 = 57, so that
+    # Equation 3 peaks and decays; checkpoints every int(0.3 x 346 / 5) = 20 steps, the last five within the last 30%;
+    # 346 rounded down to 17 x 20; five evaluations, every 340 // 5 = 68 steps.
+    steps, warmup, save, evaluations = fit_schedule(27 * 60, 3.9, 30.0, SMALL, 5)
+    assert (steps, warmup, save, evaluations) == (340, 57, 20, 68)
+    assert steps % save == 0 and 5 * save <= 0.3 * steps and warmup < steps // 5
+
+
+def test_a_budget_that_does_not_bind_leaves_the_run_as_set():
+    assert fit_schedule(27 * 60, 0.1, 5.0, SMALL, 5) == (4000, 400, 150, 500)
+    without_evaluation = {**SMALL, "eval_steps": None}
+    # 0.92 x 60 = 55.2 steps: warmup 55 // 6 = 9, checkpoints every int(0.3 x 55 / 2) = 8 steps, 55 rounded to 6 x 8
+    assert fit_schedule(60, 1.0, 100.0, without_evaluation, 2) == (48, 9, 8, None)
+
+
+def test_a_plan_too_short_warns_and_says_what_to_do():
+    short = Plan(3.9, 30.0, 50.0, 340, 57, 20, 68)
+    message = short.shortfall()
+    assert "340 steps" in message and "1,200" in message
+    assert "--max_train_minutes 86" in message  # 1,200 steps x 3.9 s / 60 x 1.1 = 85.8 minutes
+    assert "--max_steps 2501 --max_train_minutes 0" in message
+    assert Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460).shortfall() is None
+    assert "2,304 steps" in Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460).describe(27, 5)
+    asked = Plan(0.6, 10.0, 8.0, 30, 5, 10, 15, bound=False)  # --max_steps 30, well within the budget
+    assert asked.shortfall() is None and "the 30 steps asked for fit" in asked.describe(27, 2)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint, tmp_path, caplog):
+    """18 seconds on this machine: the plan is made from measured steps, the run ends exactly at the planned step
+    (the clock, a guard, does not cut it), the last checkpoint is that step, and the warmup, save and evaluation
+    spacing are the plan's. The planned steps are few, so the warning is given, naming what to do."""
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    settings = dict(output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
+    args = VaswaniTrainingArguments(
+        **settings, max_train_minutes=0.3, max_steps=100_000, warmup_steps=400, save_steps=150, max_tokens=200,
+        average_last_checkpoints=2,
+    )  # fmt: skip
+    trainer = VaswaniTrainer(
+        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint), args=args, processing_class=tokenizer,
+        train_dataset=tokenized_slice(tokenizer, 400),
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.training.budget"):
+        plan = plan_run(trainer)
+    assert plan.probe_seconds > 0 and plan.seconds_per_step > 0
+    expected = max(1, int(0.92 * (18 - plan.probe_seconds) / plan.seconds_per_step))  # no evaluation in this run
+    save = max(1, min(150, int(0.3 * expected / 2)))
+    assert plan.max_steps == max(save, expected - expected % save) and plan.save_steps == save
+    assert (args.max_steps, args.warmup_steps, args.save_steps) == (plan.max_steps, max(1, expected // 6), save)
+    assert "plan: time budget 0.3 minutes" in caplog.text and "WARNING: this machine is too slow" in caplog.text
+    trainer.train()
+    assert trainer.state.global_step == plan.max_steps  # ended by its plan, not cut by the clock
+    assert (tmp_path / f"checkpoint-{plan.max_steps}" / "model.safetensors").exists()
+    assert (tmp_path / "averaged" / "model.safetensors").exists()
