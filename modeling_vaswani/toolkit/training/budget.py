@@ -89,6 +89,17 @@ def fit_schedule(
     return steps, warmup, save, eval_steps
 
 
+def cycled(dataloader):
+    """The batches of `dataloader()` over and over: a small corpus may hold fewer batches than the probe takes."""
+    while True:
+        empty = True
+        for batch in dataloader():
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError("the training data holds no batch; expected training examples")
+
+
 def measure_machine(trainer, validation_batches: int) -> tuple[float, float, float]:
     """(seconds a training step, seconds an evaluation, seconds the measuring took): PROBE_STEPS steps of a copy of
     the model on the run's own batches (after PROBE_WARMUP untimed ones), and one validation batch translated as the
@@ -96,7 +107,7 @@ def measure_machine(trainer, validation_batches: int) -> tuple[float, float, flo
     started = time.monotonic()
     model = copy.deepcopy(trainer.model).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    batches = iter(trainer.get_train_dataloader())
+    batches = cycled(trainer.get_train_dataloader)
     timings = []
     for _ in range(PROBE_WARMUP + PROBE_STEPS):
         batch = {key: value.to(trainer.args.device) for key, value in next(batches).items()}

@@ -79,3 +79,19 @@ def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint,
     assert trainer.state.global_step == plan.max_steps  # ended by its plan, not cut by the clock
     assert (tmp_path / f"checkpoint-{plan.max_steps}" / "model.safetensors").exists()
     assert (tmp_path / "averaged" / "model.safetensors").exists()
+
+
+def test_a_corpus_of_fewer_batches_than_the_probe_is_measured_all_the_same(checkpoint, tmp_path):
+    """Two batches of training data, the probe's 15 steps taken by going round them again."""
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    args = VaswaniTrainingArguments(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, max_train_minutes=5, max_tokens=200,
+        max_steps=10,
+    )  # fmt: skip
+    trainer = VaswaniTrainer(
+        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint), args=args, processing_class=tokenizer,
+        train_dataset=tokenized_slice(tokenizer, 12),
+    )  # fmt: skip
+    assert len(trainer.get_train_dataloader()) < 15
+    plan = plan_run(trainer)
+    assert plan.seconds_per_step > 0 and (plan.max_steps, plan.bound) == (10, False)
