@@ -11,6 +11,7 @@ import signal
 import socket
 import statistics
 import subprocess
+import sys
 import threading
 import time
 import urllib.error
@@ -156,8 +157,10 @@ def test_the_tokenizer_race_in_one_process_and_the_checkers_tokenizers(checkpoin
     _, tokenizer = load_translator(str(checkpoint))
     texts = [f"A man number {i} rides a bike in the snow." * (1 + i % 3) for i in range(16)]
 
-    def failures(check_tokenizer, rounds: int) -> int:
-        failed, stop = [], threading.Event()
+    def failures(check_tokenizer, seconds: float) -> tuple[list, int]:
+        """(the padding's errors, rounds) of checks made for up to `seconds` (until the first failure) while batches
+        are padded beside them; thread switches as frequent as Python allows, so that the two threads interleave."""
+        failed, stop, rounds = [], threading.Event(), 0
 
         def pad_batches():
             while not stop.is_set():
@@ -166,22 +169,27 @@ def test_the_tokenizer_race_in_one_process_and_the_checkers_tokenizers(checkpoin
                 except ValueError as error:
                     failed.append(error)
 
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)
         padding = threading.Thread(target=pad_batches)
         padding.start()
+        deadline = time.monotonic() + seconds
         try:
-            for _ in range(rounds):
+            while not failed and time.monotonic() < deadline:
                 check_sentences(check_tokenizer(), texts, 1000)
-                if failed and check_tokenizer is not None:
-                    break
+                rounds += 1
         finally:
             stop.set()
             padding.join()
-        return len(failed)
+            sys.setswitchinterval(interval)
+        return failed, rounds
 
-    shared = failures(lambda: tokenizer, 5000)
-    assert shared > 0, "no failure with a shared tokenizer in 5,000 rounds: the race was not reproduced"
+    shared, rounds = failures(lambda: tokenizer, 30)
+    if not shared:  # a race: rare on some machines; without it the copies below would prove nothing
+        pytest.skip(f"the race did not show in {rounds:,} rounds (30 s) on this machine")
+    assert "Unable to create tensor" in str(shared[0])  # what the server answered valid requests with
     checker = Checker({"tiny": tokenizer})
-    assert failures(lambda: checker.tokenizer("tiny"), 2000) == 0
+    assert failures(lambda: checker.tokenizer("tiny"), 10)[0] == []
 
 
 # === Bounded =========================================================================================================
