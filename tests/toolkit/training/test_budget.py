@@ -53,20 +53,25 @@ def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
+def budgeted_trainer(checkpoint, output_dir, examples: int, **settings) -> VaswaniTrainer:
+    """A VaswaniTrainer of the tiny checkpoint on `examples` pairs, in batches of 200 tokens, with `settings`."""
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    defaults = dict(output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200)
+    return VaswaniTrainer(
+        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint), args=VaswaniTrainingArguments(**defaults, **settings),
+        processing_class=tokenizer, train_dataset=tokenized_slice(tokenizer, examples),
+    )  # fmt: skip
+
+
 def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint, tmp_path, caplog):
     """18 seconds on this machine: the plan is made from measured steps, the run ends exactly at the planned step
     (the clock, a guard, does not cut it), the last checkpoint is that step, and the warmup, save and evaluation
     spacing are the plan's. The planned steps are few, so the warning is given, naming what to do."""
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    settings = dict(output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, seed=0)
-    args = VaswaniTrainingArguments(
-        **settings, max_train_minutes=0.3, max_steps=100_000, warmup_steps=400, save_steps=150, max_tokens=200,
+    trainer = budgeted_trainer(
+        checkpoint, tmp_path, 400, max_train_minutes=0.3, max_steps=100_000, warmup_steps=400, save_steps=150,
         average_last_checkpoints=2,
     )  # fmt: skip
-    trainer = VaswaniTrainer(
-        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint), args=args, processing_class=tokenizer,
-        train_dataset=tokenized_slice(tokenizer, 400),
-    )  # fmt: skip
+    args = trainer.args
     with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.training.budget"):
         plan = plan_run(trainer)
     assert plan.probe_seconds > 0 and plan.seconds_per_step > 0
@@ -83,15 +88,7 @@ def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint,
 
 def test_a_corpus_of_fewer_batches_than_the_probe_is_measured_all_the_same(checkpoint, tmp_path):
     """Two batches of training data, the probe's 15 steps taken by going round them again."""
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    args = VaswaniTrainingArguments(
-        output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, max_train_minutes=5, max_tokens=200,
-        max_steps=10,
-    )  # fmt: skip
-    trainer = VaswaniTrainer(
-        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint), args=args, processing_class=tokenizer,
-        train_dataset=tokenized_slice(tokenizer, 12),
-    )  # fmt: skip
+    trainer = budgeted_trainer(checkpoint, tmp_path, 12, max_train_minutes=5, max_steps=10)
     assert len(trainer.get_train_dataloader()) < 15
     plan = plan_run(trainer)
     assert plan.seconds_per_step > 0 and (plan.max_steps, plan.bound) == (10, False)
