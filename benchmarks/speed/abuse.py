@@ -611,18 +611,28 @@ def refused_with(status: int, field_name: str | None = None) -> Callable[[Reply]
     return expected
 
 
-def heavy_round(ctx: Context, send: Callable[[Deadline], list[tuple[str, Reply]]], checks: dict) -> tuple[dict, dict]:
-    """`send` by heavy_clients clients at once, heavy_rounds times; each reply checked by its name's check."""
-    plan, named, seconds = ctx.plan, [], 0.0
-    with Watch(ctx.url, ctx.pid, plan) as watch:
-        deadline = Deadline(plan.round_seconds)
-        for _ in range(plan.heavy_rounds):
+def named_rounds(ctx: Context, rounds: int, clients: int, client: Callable) -> tuple[list, float, Watch]:
+    """`client(c, deadline)` (a list of (name, Reply)) by `clients` clients at once, `rounds` times within the
+    round's seconds, /health and memory watched throughout: every (name, reply), a harness fault named "harness",
+    the seconds spent sending, and the watch."""
+    named, seconds = [], 0.0
+    with Watch(ctx.url, ctx.pid, ctx.plan) as watch:
+        deadline = Deadline(ctx.plan.round_seconds)
+        for _ in range(rounds):
             if deadline.left() <= 0:
                 break
             start = time.perf_counter()
-            named += together(plan.heavy_clients, lambda _, deadline=deadline: send(deadline))
+            named += together(clients, lambda c, deadline=deadline: client(c, deadline))
             seconds += time.perf_counter() - start
-    named = [item if isinstance(item, tuple) else ("harness", item) for item in named]
+    return [item if isinstance(item, tuple) else ("harness", item) for item in named], seconds, watch
+
+
+def heavy_round(ctx: Context, send: Callable[[Deadline], list[tuple[str, Reply]]], checks: dict) -> tuple[dict, dict]:
+    """`send` by heavy_clients clients at once, heavy_rounds times; each reply checked by its name's check."""
+    plan = ctx.plan
+    named, seconds, watch = named_rounds(
+        ctx, plan.heavy_rounds, plan.heavy_clients, lambda _, deadline: send(deadline)
+    )
     replies = [reply for _, reply in named]
     report = round_report(replies, seconds, watch, lambda reply: False)  # failures: filled in below
     report["failures"] = dict(
@@ -779,7 +789,6 @@ def malformed_ok(reply: Reply, statuses: tuple, field_name: str | None) -> bool:
 
 def malformed_round(ctx: Context) -> dict:
     plan, cases = ctx.plan, malformed_cases()
-    named, seconds = [], 0.0
 
     def client(c, deadline):
         out = []
@@ -792,15 +801,7 @@ def malformed_round(ctx: Context) -> dict:
             out.append((name, call(ctx.url, "POST", "/translate", body, headers, deadline.timeout())))
         return out
 
-    with Watch(ctx.url, ctx.pid, plan) as watch:
-        deadline = Deadline(plan.round_seconds)
-        for _ in range(plan.rounds):
-            if deadline.left() <= 0:
-                break
-            start = time.perf_counter()
-            named += together(plan.malformed_clients, lambda c, deadline=deadline: client(c, deadline))
-            seconds += time.perf_counter() - start
-    named = [item if isinstance(item, tuple) else ("harness", item) for item in named]
+    named, seconds, watch = named_rounds(ctx, plan.rounds, plan.malformed_clients, client)
     ok = {id(reply): name in cases and malformed_ok(reply, *cases[name][2:]) for name, reply in named}
     report = round_report([reply for _, reply in named], seconds, watch, lambda reply: ok[id(reply)])
     details = {}
