@@ -13,7 +13,6 @@ import json
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from limits import parse
 from limits.storage import MemoryStorage
@@ -56,12 +55,13 @@ def read_keys(keys: Iterable[str], keys_file=None) -> list[str]:
     return keys
 
 
-@dataclass
-class Refusal:
-    status: int
-    field_name: str
-    message: str
-    headers: tuple = ()
+class Refused(Exception):
+    """A request the server will not run, whether the gate or an endpoint finds it: answered with `status` and the
+    JSON error naming `field_name` (`error_body`), with `headers` (Retry-After, WWW-Authenticate) where given."""
+
+    def __init__(self, status: int, field_name: str, message: str, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.field_name, self.message, self.headers = status, field_name, message, headers or {}
 
 
 class RateLimit:
@@ -76,13 +76,13 @@ class RateLimit:
             raise ValueError(f"--rate_limit {rate!r}: {error}; expected e.g. 120/minute or 5/second") from None
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
 
-    def refusal(self, client: str) -> Refusal | None:
+    def refusal(self, client: str) -> Refused | None:
         if self.limiter.hit(self.rate, client):
             return None
         reset = self.limiter.get_window_stats(self.rate, client).reset_time
         wait = max(1, round(reset - time.time() + 0.5))
         message = f"more than {self.rate} requests from this client; retry in {wait} s"
-        return Refusal(429, "client", message, (("retry-after", str(wait)),))
+        return Refused(429, "client", message, {"Retry-After": str(wait)})
 
 
 class Gate:
@@ -103,7 +103,7 @@ class Gate:
         self.keys = {key.encode(): fingerprint(key) for key in keys}
         self.max_in_flight, self.body_seconds, self.in_flight = max_in_flight, body_seconds, 0
 
-    def client(self, scope, headers: dict) -> tuple[str | None, Refusal | None]:
+    def client(self, scope, headers: dict) -> tuple[str | None, Refused | None]:
         """The request's API key's fingerprint (None without keys), or its refusal."""
         if not self.keys or (scope["method"] == "GET" and scope["path"] in OPEN_PATHS):
             return None, None
@@ -113,39 +113,39 @@ class Gate:
                 return name, None
         told = "a wrong API key" if given else "no API key"
         message = f"{told}; expected the header Authorization: Bearer KEY, with a key this server was given"
-        return None, Refusal(401, "authorization", message, (("www-authenticate", "Bearer"),))
+        return None, Refused(401, "authorization", message, {"WWW-Authenticate": "Bearer"})
 
-    def refusal(self, scope, headers: dict, key_name: str | None) -> Refusal | None:
+    def refusal(self, scope, headers: dict, key_name: str | None) -> Refused | None:
         if self.rate_limit is not None and scope["method"] == "POST":
             refused = self.rate_limit.refusal(key_name or address(scope))
             if refused:
                 return refused
         if scope["method"] == "POST" and self.in_flight >= self.max_in_flight:
             message = f"the server is busy: {self.in_flight} requests are in flight; retry in 1 s"
-            return Refusal(503, "server", message, (("retry-after", "1"),))
+            return Refused(503, "server", message, {"Retry-After": "1"})
         if scope["method"] == "POST":
             media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if media_type != b"application/json":
                 given = media_type.decode("latin-1") or "none"
-                return Refusal(415, "content-type", f"Content-Type {given}; expected application/json")
+                return Refused(415, "content-type", f"Content-Type {given}; expected application/json")
         return None
 
-    def too_large(self, size: int) -> Refusal:
-        return Refusal(
+    def too_large(self, size: int) -> Refused:
+        return Refused(
             413, "body", f"a body of {size:,} bytes or more; expected at most {self.max_body_bytes:,} bytes "
             "(--max_body_bytes)",
         )  # fmt: skip
 
-    async def read_body_in_time(self, receive, headers: dict) -> tuple[bytes, Refusal | None]:
+    async def read_body_in_time(self, receive, headers: dict) -> tuple[bytes, Refused | None]:
         """`read_body`, refused (408) when the body takes longer than the request's time limit to arrive: a client
         sending a byte a second holds no place for long."""
         try:
             return await asyncio.wait_for(self.read_body(receive, headers), self.body_seconds)
         except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
             message = f"the body took more than {self.body_seconds:g} s to arrive (--timeout_s); expected it sooner"
-            return b"", Refusal(408, "body", message)
+            return b"", Refused(408, "body", message)
 
-    async def read_body(self, receive, headers: dict) -> tuple[bytes, Refusal | None]:
+    async def read_body(self, receive, headers: dict) -> tuple[bytes, Refused | None]:
         """The whole body, or its refusal: empty, or larger than the limit. A body over the limit is kept no further
         and read on only to be discarded (up to DISCARD_BYTES), so that the client, still sending, reads the 413
         rather than a reset connection."""
@@ -155,7 +155,7 @@ class Gate:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                return b"", Refusal(499, "client", "the client went away while sending")
+                return b"", Refused(499, "client", "the client went away while sending")
             chunk = message.get("body", b"")
             size += len(chunk)
             if refused is None and size > self.max_body_bytes:
@@ -165,7 +165,7 @@ class Gate:
             if not message.get("more_body", False) or size > DISCARD_BYTES:
                 break
         if refused is None and size == 0:
-            refused = Refusal(400, "body", "an empty body; expected a JSON object")
+            refused = Refused(400, "body", "an empty body; expected a JSON object")
         return (b"", refused) if refused else (b"".join(chunks), None)
 
     async def __call__(self, scope, receive, send):
@@ -214,10 +214,10 @@ def replay(body: bytes, receive):
     return receiving
 
 
-async def respond(send, refused: Refusal) -> None:
+async def respond(send, refused: Refused) -> None:
     content = error_body(refused.field_name, refused.message)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(content)).encode())]
-    headers += [(name.encode(), value.encode()) for name, value in refused.headers]
+    headers += [(name.lower().encode(), value.encode()) for name, value in refused.headers.items()]
     await send({"type": "http.response.start", "status": refused.status, "headers": headers})
     await send({"type": "http.response.body", "body": content})
 

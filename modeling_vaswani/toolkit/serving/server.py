@@ -54,7 +54,7 @@ from ..evaluation.translate import (
     translate,
     translate_nbest,
 )
-from .gate import Gate, RateLimit, error_body
+from .gate import Gate, RateLimit, Refused, error_body
 from .metrics import Metrics
 from .worker import Cancelled, Checker, Job, Overloaded, Stop, Worker
 
@@ -110,14 +110,6 @@ class AttentionRequest(Strict):
     heads: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)] | None = Field(
         None, description="the heads to show, counting from 0 (default: every head)"
     )
-
-
-class Refused(Exception):
-    """A request the server will not run: answered with `status` and the JSON error naming `field`."""
-
-    def __init__(self, status: int, field_name: str, message: str, headers: dict | None = None):
-        super().__init__(message)
-        self.status, self.field_name, self.message, self.headers = status, field_name, message, headers
 
 
 def error_response(status: int, field_name: str, message: str, headers: dict | None = None) -> Response:
