@@ -430,7 +430,8 @@ def train_model(
         processing_class=tokenizer,
         compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
     )
-    if training_args.max_train_minutes and training_args.resume_from_checkpoint is None:
+    planned = training_args.max_train_minutes and training_args.plan_time_budget
+    if planned and training_args.resume_from_checkpoint is None:
         plan_run(trainer)  # the budget plans the schedule (a resumed run keeps the one it started with)
     output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_final_model(trainer, Path(training_args.output_dir))

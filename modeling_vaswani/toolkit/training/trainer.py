@@ -116,6 +116,14 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             "Equation 3 needs no total step count, so the schedule is the same; 0 sets no time limit"
         },
     )
+    plan_time_budget: bool = field(
+        default=True,
+        metadata={
+            "help": "fit the schedule (steps, warmup, checkpoints, evaluations) into --max_train_minutes after "
+            "measuring the machine (training/budget.py); false: the clock alone stops training where the minutes end, "
+            "as a stock Trainer given the same time is stopped (for comparisons in equal time)"
+        },
+    )
     early_stopping_patience: int | None = field(
         default=None,
         metadata={
