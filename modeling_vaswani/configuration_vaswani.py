@@ -139,6 +139,16 @@ class VaswaniConfig(PreTrainedConfig):
         remote = {task: spec for task, spec in declared.items() if not (INSTALLED and task == TRANSLATION_TASK)}
         if remote:
             kwargs["custom_pipelines"] = remote
+        # The first of this package's code that runs for a config.json naming another model_type, wherever it loads
+        # from (the package, or a checkpoint's copy run as remote code): transformers only warns, and builds this
+        # model from another's configuration (or from a typo's).
+        model_type = kwargs.pop("model_type", self.model_type)
+        if model_type != self.model_type:
+            raise ValueError(
+                f"the configuration's model_type is {model_type!r}, but {type(self).__name__} is the configuration of "
+                f'model_type {self.model_type!r}; expected config.json to say "model_type": "{self.model_type}" '
+                "(a typo, or another model's configuration?)"
+            )
         super().__post_init__(**kwargs)
         self._check()
         # Section 3.2.2: "d_k = d_v = d_model / h" unless given (checkpoints written before these fields lack them).

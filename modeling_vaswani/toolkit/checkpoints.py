@@ -3,12 +3,19 @@
 A checkpoint folder is what `save_pretrained` writes (config.json, safetensors weights: one file or a sharded index,
 a tokenizer), as the Trainer's `checkpoint-<step>` folders, the averaged model, a converted model and a pushed
 repository hold it. Everything in the toolkit that reads or writes such a folder goes through here, so that a damaged
-one is named the same way whichever command meets it.
+one is named the same way whichever command meets it. So does a CTranslate2 export (`validate_export`): every file
+vaswani-export-ctranslate2 writes, checked before CTranslate2 or transformers read any of them.
+
+Files are opened here first, by this process: a loader that meets a file it may not read reports it in its own way
+(safetensors as "No such file", transformers' generation config not at all, a probe for another file as that file),
+so `check_readable` names it, as permission denied, before any loader runs.
 """
 
 import json
 import math
+import os
 import re
+import struct
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,15 +23,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from huggingface_hub import hf_hub_download
+from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 from safetensors import SafetensorError, safe_open
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ..configuration_vaswani import VaswaniConfig
 from ..modeling_vaswani import VaswaniForConditionalGeneration
+from .outputs import restore_set_aside
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+# What vaswani-export-ctranslate2 writes: CTranslate2's model.bin, config.json and vocabulary, the generation settings,
+# the tokenizer, and EXPORT_FILE, what the translating side needs beyond CTranslate2's own config.json.
+EXPORT_FILE = "vaswani_ctranslate2.json"
+EXPORT_VOCABULARY = "shared_vocabulary.json"
+EXPORT_FILES = ("model.bin", "config.json", EXPORT_VOCABULARY, "generation_config.json", EXPORT_FILE)
+# model.bin's layout as read here: CTranslate2's binary version 6 (ctranslate2/specs/model_spec.py, `_serialize`), and
+# the byte size of each of its data types by id (the order of its DataType enum).
+CTRANSLATE2_BINARY_VERSION = 6
+CTRANSLATE2_DTYPE_SIZES = (4, 1, 2, 4, 2, 2)  # float32, int8, int16, int32, float16, bfloat16
 RESULTS = "results.json"  # the training summary and scores vaswani-train writes beside the averaged model
 CHECKPOINT_PATTERN = re.compile(r"checkpoint-(\d+)")
 
@@ -63,7 +82,9 @@ def local_folder(name: str) -> Path | None:
     in "runs/small" (where runs/ exists) would otherwise cost a minute of retries against the Hub.
     """
     path = Path(name).expanduser()
+    restore_set_aside(path)  # a folder a killed run set aside as .NAME.old: restored, or told how to
     if path.is_dir():
+        check_readable(path)
         return path
     if path.exists():
         raise ValueError(f"model {name} is a file; expected a checkpoint folder or a Hub id")
@@ -78,8 +99,28 @@ def local_folder(name: str) -> Path | None:
 
 
 def is_ctranslate2_folder(folder: Path) -> bool:
-    """A CTranslate2 model folder (model.bin beside its config.json), as vaswani-export-ctranslate2 writes one."""
-    return (folder / "model.bin").is_file() and (folder / "config.json").is_file()
+    """A CTranslate2 export, whole or not: a folder holding any of the files only an export has (model.bin, its
+    vocabulary, EXPORT_FILE) whose config.json is not a Vaswani checkpoint's. A damaged export is one too, so that
+    `validate_export` names what it lacks, rather than the checkpoint checks a config.json that is CTranslate2's."""
+    markers = ("model.bin", EXPORT_VOCABULARY, EXPORT_FILE)
+    return any((folder / name).is_file() for name in markers) and not is_vaswani_folder(folder)
+
+
+def check_readable(folder: Path) -> None:
+    """The folder, and every file at its top level (hidden ones aside), readable by this process; otherwise the
+    PermissionError names the folder or the file. Loaders read files by names of their own choosing, and one that may
+    not read a file reports it otherwise, or not at all (see the module's docstring)."""
+    try:
+        entries = list(os.scandir(folder))  # listing it needs read permission,
+        os.stat(os.path.join(folder, "."))  # entering it execute permission
+    except PermissionError as error:
+        raise PermissionError(
+            error.errno, f"{error.strerror}: the folder cannot be listed or entered", str(folder)
+        ) from None
+    for entry in entries:
+        if not entry.name.startswith(".") and entry.is_file():
+            with open(entry.path, "rb"):
+                pass
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -92,6 +133,10 @@ def open_weights(path: Path) -> Iterator:
     """`safe_open(path)`, with an error naming the file when it is not whole (safetensors' own names none)."""
     try:
         handle = safe_open(path, framework="pt")
+    except OSError:
+        with open(path, "rb"):  # safetensors tells an unreadable file as a missing one: the system tells which
+            pass
+        raise
     except SafetensorError as error:
         raise CheckpointError(
             f"{path} is not a readable safetensors file ({error}); expected complete weights as save_pretrained "
@@ -101,14 +146,15 @@ def open_weights(path: Path) -> Iterator:
         yield weights
 
 
-def read_json(path: Path) -> dict:
-    """A JSON object from `path`, or CheckpointError naming the file."""
+def read_json(path: Path, expected: type = dict) -> dict | list:
+    """A JSON object (or value of type `expected`) from `path`, or CheckpointError naming the file."""
     try:
         values = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, ValueError) as error:
         raise CheckpointError(f"{path} is not valid JSON: {error}") from error
-    if not isinstance(values, dict):
-        raise CheckpointError(f"{path} holds a {type(values).__name__}; expected a JSON object")
+    if not isinstance(values, expected):
+        what = {dict: "a JSON object", list: "a JSON array"}.get(expected, expected.__name__)
+        raise CheckpointError(f"{path} holds a {type(values).__name__}; expected {what}")
     return values
 
 
@@ -195,6 +241,7 @@ def validate_checkpoint(folder) -> Checkpoint:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder; expected a checkpoint written by save_pretrained")
+    check_readable(folder)
     config = load_config(folder)
     shapes = stored_shapes(folder)
     tokenizer = check_tokenizer(folder, config)
@@ -218,6 +265,14 @@ def load_results(folder: Path) -> dict | None:
     return read_json(path) if path.is_file() else None
 
 
+def foreign_type(model_type) -> str:
+    """What a config of another model_type is told: the type, the one expected, and the converter where one exists."""
+    told = f"model_type is {model_type!r}, expected {VaswaniConfig.model_type!r}"
+    if model_type == "marian":
+        told += " (a MarianMT model: `vaswani-convert marian FOLDER OUTPUT` turns it into one)"
+    return told
+
+
 def load_config(folder: Path) -> VaswaniConfig:
     """config.json of `folder`, which must be a Vaswani config."""
     path = folder / "config.json"
@@ -227,10 +282,7 @@ def load_config(folder: Path) -> VaswaniConfig:
         )
     values = read_json(path)
     if values.get("model_type") != VaswaniConfig.model_type:
-        raise CheckpointError(
-            f"{path} is not a Vaswani config: model_type is {values.get('model_type')!r}, "
-            f"expected {VaswaniConfig.model_type!r}"
-        )
+        raise CheckpointError(f"{path} is not a Vaswani config: {foreign_type(values.get('model_type'))}")
     try:
         return VaswaniConfig.from_json_file(path)
     except ValueError as error:
@@ -274,16 +326,7 @@ def check_tokenizer_files(folder: Path) -> None:
 
 def check_tokenizer(folder: Path, config: VaswaniConfig):
     """The tokenizer, which must load and match the model: one id per embedding row, the same padding and end ids."""
-    check_tokenizer_files(folder)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
-    except (OSError, ValueError) as error:
-        if not (folder / "tokenizer.json").is_file():  # transformers then suggests installing sentencepiece
-            raise CheckpointError(
-                f"{folder}: the tokenizer does not load: tokenizer.json is missing beside tokenizer_config.json; "
-                "expected both, as save_pretrained writes them (lost in a copy?)"
-            ) from error
-        raise CheckpointError(f"{folder}: the tokenizer does not load: {error}") from error
+    tokenizer = load_tokenizer(folder)
     if len(tokenizer) != config.vocab_size:
         raise CheckpointError(
             f"{folder}: the tokenizer has {len(tokenizer)} tokens but config.json's vocab_size is {config.vocab_size}"
@@ -294,6 +337,21 @@ def check_tokenizer(folder: Path, config: VaswaniConfig):
                 f"{folder}: the tokenizer's {name} is {getattr(tokenizer, name)} but config.json's is "
                 f"{getattr(config, name)}"
             )
+    return tokenizer
+
+
+def load_tokenizer(folder: Path):
+    """The folder's tokenizer, which must be there and load; CheckpointError naming what is wrong."""
+    check_tokenizer_files(folder)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    except (OSError, ValueError) as error:
+        if not (folder / "tokenizer.json").is_file():  # transformers then suggests installing sentencepiece
+            raise CheckpointError(
+                f"{folder}: the tokenizer does not load: tokenizer.json is missing beside tokenizer_config.json; "
+                "expected both, as save_pretrained writes them (lost in a copy?)"
+            ) from error
+        raise CheckpointError(f"{folder}: the tokenizer does not load: {error}") from error
     return tokenizer
 
 
@@ -346,6 +404,163 @@ def _first_difference(found: dict | None, expected: dict | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# A CTranslate2 export
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Export:
+    """A folder written by vaswani-export-ctranslate2 that passed `validate_export`."""
+
+    folder: Path
+    settings: dict  # EXPORT_FILE
+    vocabulary: list[str]  # the tokens of model.bin's rows, in id order
+    generation_config: GenerationConfig
+    tokenizer: object  # None where it was not asked for
+
+
+def validate_export(folder, with_tokenizer: bool = True) -> Export:
+    """The export in `folder`, or CheckpointError naming each file missing, or the file damaged and how: every file
+    vaswani-export-ctranslate2 writes, whole (model.bin's headers against its size), EXPORT_FILE's settings, a
+    vocabulary of one token per row of model.bin's embedding matrix holding CTranslate2's special tokens, generation
+    settings whose ids are in it, and (`with_tokenizer`; the model itself runs on ids) a tokenizer of the same tokens
+    at the same ids. Nothing of CTranslate2 runs, and no weight is read."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder; expected one written by vaswani-export-ctranslate2")
+    check_readable(folder)
+    missing = [name for name in EXPORT_FILES if not (folder / name).is_file()]
+    if with_tokenizer and not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        missing.append(TOKENIZER_FILES[0])
+    if missing:
+        raise CheckpointError(
+            f"export {folder} lacks {', '.join(missing)}; expected every file vaswani-export-ctranslate2 writes "
+            f"({', '.join((*EXPORT_FILES, *TOKENIZER_FILES))}): export the checkpoint again"
+        )
+    settings = read_json(folder / EXPORT_FILE)
+    for name in ("max_position_embeddings", "position_rows"):
+        value = settings.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise CheckpointError(
+                f"{folder / EXPORT_FILE}: {name} is {value!r}; expected a positive integer, as "
+                "vaswani-export-ctranslate2 writes it"
+            )
+    vocabulary = read_json(folder / EXPORT_VOCABULARY, list)
+    wrong = next((index for index, token in enumerate(vocabulary) if not isinstance(token, str)), None)
+    if wrong is not None or not vocabulary:
+        found = f"entry {wrong} is {vocabulary[wrong]!r}" if wrong is not None else "it is empty"
+        raise CheckpointError(f"{folder / EXPORT_VOCABULARY}: {found}; expected the model's tokens, one string a row")
+    rows = ctranslate2_rows(folder / "model.bin")
+    if rows is not None and len(vocabulary) != rows:
+        raise CheckpointError(
+            f"{folder / EXPORT_VOCABULARY} has {len(vocabulary)} tokens but {folder / 'model.bin'}'s embedding "
+            f"matrix has {rows} rows; expected one token a row (the vocabulary of another export?)"
+        )
+    known = set(vocabulary)
+    for name, token in read_json(folder / "config.json").items():
+        if name.endswith("_token") and isinstance(token, str) and token not in known:
+            raise CheckpointError(
+                f"{folder / 'config.json'}: {name} {token!r} is not in {EXPORT_VOCABULARY}; expected one of its tokens"
+            )
+    generation = load_generation_config(folder)
+    for name in ("pad_token_id", "eos_token_id"):
+        value = getattr(generation, name)
+        if not isinstance(value, int) or not 0 <= value < len(vocabulary):
+            raise CheckpointError(
+                f"{folder / 'generation_config.json'}: {name} is {value!r}; expected an id of the vocabulary "
+                f"({len(vocabulary)} tokens)"
+            )
+    if not with_tokenizer:
+        return Export(folder, settings, vocabulary, generation, None)
+    tokenizer = load_tokenizer(folder)
+    tokens = tokenizer.convert_ids_to_tokens(list(range(min(len(tokenizer), len(vocabulary)))))
+    if len(tokenizer) != len(vocabulary) or tokens != vocabulary[: len(tokens)]:
+        differ = next((i for i, (a, b) in enumerate(zip(tokens, vocabulary, strict=False)) if a != b), None)
+        found = (
+            f"id {differ} is {tokens[differ]!r} in the tokenizer, {vocabulary[differ]!r} in the vocabulary"
+            if differ is not None
+            else f"the tokenizer has {len(tokenizer)} tokens, the vocabulary {len(vocabulary)}"
+        )
+        raise CheckpointError(
+            f"{folder}: the tokenizer is not the one of {EXPORT_VOCABULARY}: {found}; expected the tokenizer exported "
+            "with the model"
+        )
+    return Export(folder, settings, vocabulary, generation, tokenizer)
+
+
+def load_generation_config(folder: Path) -> GenerationConfig:
+    """generation_config.json of `folder`, or CheckpointError naming it."""
+    read_json(folder / "generation_config.json")
+    try:
+        return GenerationConfig.from_pretrained(folder)
+    except (OSError, ValueError, TypeError) as error:
+        raise CheckpointError(f"{folder / 'generation_config.json'} does not load: {error}") from error
+
+
+def ctranslate2_rows(path: Path) -> int | None:
+    """The rows of the target embedding matrix of a CTranslate2 model.bin (its vocabulary size), read from the
+    file's headers, whose data sizes must add up to the file's size; CheckpointError naming the file where they do
+    not, or do not parse. None for a binary version other than CTRANSLATE2_BINARY_VERSION, whose layout this does not
+    know: CTranslate2 checks such a file itself when it loads it."""
+    size = path.stat().st_size
+    shapes, aliases = {}, {}
+    with open(path, "rb") as file:
+
+        def take(count: int) -> bytes:
+            data = file.read(count)
+            if len(data) != count:
+                raise _cut_short(path, file.tell() - len(data) + count, size)
+            return data
+
+        def number(kind: str) -> int:
+            return struct.unpack("=" + kind, take(struct.calcsize("=" + kind)))[0]
+
+        def string() -> str:
+            return take(number("H"))[:-1].decode("utf-8")
+
+        try:
+            if number("I") != CTRANSLATE2_BINARY_VERSION:
+                return None
+            string(), number("I")  # the spec's name and revision
+            for _ in range(number("I")):
+                name, dims = string(), [number("I") for _ in range(number("B"))]
+                dtype, length = number("B"), number("I")
+                if dtype < len(CTRANSLATE2_DTYPE_SIZES) and math.prod(dims) * CTRANSLATE2_DTYPE_SIZES[dtype] != length:
+                    raise CheckpointError(
+                        f"{path}: variable {name!r} of shape {dims} has {length} bytes of data; expected "
+                        f"{math.prod(dims) * CTRANSLATE2_DTYPE_SIZES[dtype]} (a damaged file?)"
+                    )
+                if file.seek(length, os.SEEK_CUR) > size:
+                    raise _cut_short(path, file.tell(), size)
+                shapes[name] = dims
+            for _ in range(number("I")):
+                alias = string()
+                aliases[alias] = string()
+        except UnicodeDecodeError as error:
+            raise CheckpointError(
+                f"{path} is not a CTranslate2 model.bin (its headers do not parse: {error}); expected the file "
+                "vaswani-export-ctranslate2 writes"
+            ) from error
+        if file.tell() != size:
+            raise CheckpointError(
+                f"{path} has {size - file.tell()} bytes past the end its headers describe; expected the model.bin "
+                "vaswani-export-ctranslate2 writes (two files written over each other?)"
+            )
+    for name in ("decoder/projection/weight", "decoder/embeddings/weight"):
+        dims = shapes.get(aliases.get(name, name))
+        if dims:
+            return dims[0]
+    raise CheckpointError(f"{path} has no decoder embedding matrix; expected a translation model's model.bin")
+
+
+def _cut_short(path: Path, needed: int, size: int) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is cut short: its headers describe at least {needed} bytes but it has {size}; expected the whole "
+        "model.bin vaswani-export-ctranslate2 writes (truncated by a full disk or an interrupted copy?)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Loading
 # ---------------------------------------------------------------------------------------------------------------------
 
@@ -366,11 +581,26 @@ def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remot
     if folder is not None:
         tokenizer = validate_checkpoint(folder).tokenizer
         name = str(folder)  # "~" expanded
+    else:
+        check_hub_config(name, revision)
     options = {"revision": revision, "trust_remote_code": trust_remote_code}
     model = AutoModelForSeq2SeqLM.from_pretrained(name, **options)
-    if model.config.model_type != VaswaniConfig.model_type:  # a Hub id: its config is only known now
+    if model.config.model_type != VaswaniConfig.model_type:  # a type its config.json did not say
         raise CheckpointError(
             f"{name} holds a {model.config.model_type!r} model; expected a Vaswani checkpoint (model_type "
             f"{VaswaniConfig.model_type!r})"
         )
     return model, tokenizer or AutoTokenizer.from_pretrained(name, **options)
+
+
+def check_hub_config(name: str, revision: str | None = None) -> None:
+    """A Hub model's config.json must name this model's type, checked before transformers builds anything from it, or
+    asks whether to run the repository's code (it does for a type it does not know, a typo included). Where the file
+    cannot be fetched, transformers' loader, which comes next, tells why in its own words."""
+    try:
+        path = hf_hub_download(name, "config.json", revision=revision)
+    except (HfHubHTTPError, LocalEntryNotFoundError, OSError):
+        return
+    model_type = read_json(Path(path)).get("model_type")
+    if model_type != VaswaniConfig.model_type:
+        raise CheckpointError(f"{name} (Hub): its config.json is not a Vaswani config: {foreign_type(model_type)}")

@@ -37,7 +37,10 @@ FAILING = textwrap.dedent(
 def run_failing(failure: str, **env) -> subprocess.CompletedProcess:
     program = FAILING.format(failure=failure)
     environment = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
-    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=environment)
+    # Input to translate: an empty one is refused before any model loads (the failures here are the loading's).
+    return subprocess.run(
+        [sys.executable, "-c", program], input="A man.\n", capture_output=True, text=True, env=environment
+    )
 
 
 @pytest.mark.parametrize(
@@ -67,7 +70,11 @@ def test_a_hub_id_that_cannot_be_fetched_is_one_line():
     """transformers' own message for an unreachable Hub (its hub module's OSError), told on one line."""
     program = "from modeling_vaswani.toolkit.cli import translate; translate.main(['someone/some-model'])"
     result = subprocess.run(
-        [sys.executable, "-c", program], capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}
+        [sys.executable, "-c", program],
+        input="A man.\n",
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr

@@ -14,6 +14,7 @@ import textwrap
 
 import pytest
 import torch
+from helpers.refusals import files, refused
 from helpers.small_disk import fill, small_disk
 from helpers.training_setup import TESTS, tiny_checkpoint
 from safetensors.torch import load_file, save_file
@@ -24,36 +25,9 @@ from modeling_vaswani.toolkit.cli.shell import ENVIRONMENT_ERRNOS
 FAST = ["--num_beams", "1", "--max_new_tokens", "4"]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"), lines=500)
-
-
 @pytest.fixture
 def copy(checkpoint, tmp_path):
     return shutil.copytree(checkpoint, tmp_path / "model")
-
-
-@pytest.fixture
-def source(tmp_path):
-    path = tmp_path / "input.en"
-    path.write_text("A man rides a bike.\nTwo dogs play.\n", encoding="utf-8")
-    return path
-
-
-def refused(main, argv, capsys) -> str:
-    """The one line `main(argv)` printed before exiting with code 2, with no traceback."""
-    capsys.readouterr()  # what the test's own setup printed
-    with pytest.raises(SystemExit) as exit_info:
-        main([str(argument) for argument in argv])
-    err = capsys.readouterr().err
-    assert exit_info.value.code == 2, err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err.strip()
-
-
-def files(folder) -> dict:
-    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -70,8 +44,9 @@ def test_average_into_a_folder_of_the_users_files_is_refused_and_they_stay(copy,
     second = shutil.copytree(copy, tmp_path / "model-2")
     error = refused(average.main, [copy, second, "--output", notes], capsys)
     assert error == (
-        f"vaswani-average: error: output folder {notes} holds notes.txt, plan.md, which vaswani-average does not "
-        "write; expected a new or empty folder, or an earlier output of vaswani-average (replaced whole)"
+        f"vaswani-average: error: output folder {notes} holds notes.txt, plan.md, which vaswani-average did not "
+        "write; expected a new or empty folder, or an earlier output of vaswani-average (replaced whole): choose "
+        "another --output"
     )
     assert files(notes) == before
 
@@ -152,15 +127,16 @@ def test_a_killed_export_leaves_no_half_written_folder_and_the_rerun_completes(c
     output = tmp_path / "ct2"
     killed = subprocess.run([sys.executable, "-c", KILLED_EXPORT, str(checkpoint), str(output)])
     assert killed.returncode == -signal.SIGKILL
-    assert not output.exists()  # the half-written export is under its hidden name only
-    assert [path.name.startswith(".ct2.partial-") for path in tmp_path.iterdir()] == [True]
+    assert not output.exists()  # the half-written export is under its hidden name only, beside its lock file
+    left = sorted(path.name for path in tmp_path.iterdir())  # (whose lock the kernel released with the process)
+    assert len(left) == 2 and left[0] == ".ct2.lock" and left[1].startswith(".ct2.partial-")
     export_ctranslate2.main([str(checkpoint), str(output)])
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ct2"]
     assert {"model.bin", "config.json", "tokenizer.json", "vaswani_ctranslate2.json"} <= set(files(output))
     export_ctranslate2.main([str(checkpoint), str(output)])  # an earlier export of its own is replaced
     (output / "notes.txt").write_text("mine")
     error = refused(export_ctranslate2.main, [checkpoint, output], capsys)
-    assert "holds notes.txt, which vaswani-export-ctranslate2 does not write" in error
+    assert "holds notes.txt, which vaswani-export-ctranslate2 did not write" in error
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -185,8 +161,7 @@ def test_a_config_that_disagrees_with_its_tensors_is_named_by_every_command(copy
     if main is average.main:
         argv[0] = shutil.copytree(copy, tmp_path / "model-2")
     error = refused(main, [copy, *argv], capsys)
-    named = tmp_path / "model-2" if main is average.main else copy  # averaging checks the last checkpoint's
-    assert f"{named / 'model.safetensors'}: tensor 'model." in error
+    assert f"{copy / 'model.safetensors'}: tensor 'model." in error  # averaging checks each, the first first
     assert "layers.0.feed_forward.w1.bias' is (64,) but config.json (vocab_size 400, d_model 32, d_ff 96," in error
     assert error.endswith("implies (96,)")
 

@@ -1,29 +1,65 @@
 """The one atomic writer (toolkit/outputs.py) on real disks: a full tmpfs, a read-only one, and a writer killed with
-SIGKILL in the middle of its work."""
+SIGKILL in the middle of its work; outputs known by their marker, devices and FIFOs written in place, one writer per
+output, and what a killed run set aside restored for a reader."""
 
 import errno
+import json
+import logging
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
 import pytest
 from helpers.small_disk import fill, small_disk
+from helpers.training_setup import TESTS
 
 from modeling_vaswani.toolkit.outputs import (
+    AVERAGED,
+    MARKER,
     MODEL_OUTPUT,
+    TRAINED_TOKENIZER,
+    Output,
     OutputError,
     atomic_text,
+    check_output_file,
     check_output_folder,
+    check_working_folder,
+    claim,
     recover,
+    release,
+    restore_set_aside,
     staged_folder,
     write_text,
 )
 
+OURS = Output("vaswani-test", "--output")
+ENV = {**os.environ, "PYTHONPATH": str(TESTS)}
+
 
 def leftovers(folder):
     return sorted(path.name for path in folder.iterdir() if path.name.startswith("."))
+
+
+def listing(folder):
+    return sorted(path.name for path in folder.iterdir() if path.name != MARKER)
+
+
+def contents(folder):
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+def written(folder, **files):
+    """`folder` written whole by OURS, holding `files` (name: text)."""
+    with staged_folder(folder, OURS) as staged:
+        for name, text in files.items():
+            (staged / name).write_text(text)
+    return folder
 
 
 def test_a_file_is_replaced_only_when_complete(tmp_path):
@@ -45,6 +81,21 @@ def test_a_file_is_written_through_a_symbolic_link_as_open_would(tmp_path):
     write_text(tmp_path / "link.de", "new\n")
     assert (tmp_path / "link.de").is_symlink() and target.read_text(encoding="utf-8") == "new\n"
     assert leftovers(tmp_path) == [] and leftovers(tmp_path / "data") == []
+    (tmp_path / "dangling.de").symlink_to(tmp_path / "data" / "new.de")  # as open(path, "w"): the target is made
+    write_text(tmp_path / "dangling.de", "made\n")
+    assert (tmp_path / "dangling.de").is_symlink() and (tmp_path / "data" / "new.de").read_text() == "made\n"
+
+
+def test_links_are_followed_for_folders_too_and_a_loop_is_refused_in_one_line(tmp_path):
+    real = written(tmp_path / "real", **{"a.txt": "earlier"})
+    (tmp_path / "link").symlink_to(real)
+    written(tmp_path / "link", **{"b.txt": "new"})
+    assert (tmp_path / "link").is_symlink() and listing(real) == ["b.txt"] and leftovers(tmp_path) == []
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    with pytest.raises(OutputError, match="loop is a symbolic link that cannot be followed"):
+        check_output_file(tmp_path / "loop")
+    with pytest.raises(OutputError, match="loop is a symbolic link that cannot be followed"):
+        check_output_folder(tmp_path / "loop", OURS)
 
 
 def test_new_files_and_folders_get_the_permissions_open_and_mkdir_give(tmp_path):
@@ -52,18 +103,20 @@ def test_new_files_and_folders_get_the_permissions_open_and_mkdir_give(tmp_path)
     with open(tmp_path / "opened", "w") as handle:
         handle.write("x")
     assert (tmp_path / "written").stat().st_mode == (tmp_path / "opened").stat().st_mode
-    with staged_folder(tmp_path / "staged"):
+    with staged_folder(tmp_path / "staged", OURS):
         pass
     (tmp_path / "made").mkdir()
     assert (tmp_path / "staged").stat().st_mode == (tmp_path / "made").stat().st_mode
+    assert (tmp_path / "staged" / MARKER).stat().st_mode == (tmp_path / "opened").stat().st_mode
 
 
 def test_a_killed_runs_leftovers_do_not_make_an_output_foreign(tmp_path):
-    (tmp_path / "model").mkdir()
-    (tmp_path / "model" / "config.json").write_text("{}")
-    (tmp_path / "model" / ".model.safetensors.partial-x1").write_text("")
-    (tmp_path / "model" / ".tmp-checkpoint-5").mkdir()
-    assert check_output_folder(tmp_path / "model", MODEL_OUTPUT, "vaswani-average") == tmp_path / "model"
+    model = written(tmp_path / "model", **{"config.json": "{}"})
+    (model / ".model.safetensors.partial-x1").write_text("")
+    (model / ".tmp-checkpoint-5").mkdir()
+    (model / ".results.json.lock").write_text("python (pid 1)")
+    assert check_output_folder(model, OURS) == model
+    release(model)
 
 
 def test_a_full_disk_fails_with_enospc_and_keeps_the_earlier_file(tmp_path):
@@ -81,23 +134,34 @@ def test_a_full_disk_fails_with_enospc_and_keeps_the_earlier_file(tmp_path):
 
 def test_a_folder_is_replaced_whole_or_not_at_all(tmp_path):
     target = tmp_path / "model"
-    with staged_folder(target) as staged:
+    with staged_folder(target, OURS) as staged:
         (staged / "config.json").write_text("{}")
-    assert sorted(path.name for path in target.iterdir()) == ["config.json"]
-    with pytest.raises(RuntimeError), staged_folder(target) as staged:
+    assert listing(target) == ["config.json"]
+    with pytest.raises(RuntimeError), staged_folder(target, OURS) as staged:
         (staged / "model.safetensors").write_bytes(b"partial")
         raise RuntimeError("interrupted")
-    assert sorted(path.name for path in target.iterdir()) == ["config.json"] and leftovers(tmp_path) == []
-    with staged_folder(target) as staged:
+    assert listing(target) == ["config.json"] and leftovers(tmp_path) == []
+    with staged_folder(target, OURS) as staged:
         (staged / "model.safetensors").write_bytes(b"whole")
-    assert sorted(path.name for path in target.iterdir()) == ["model.safetensors"] and leftovers(tmp_path) == []
+    assert listing(target) == ["model.safetensors"] and leftovers(tmp_path) == []
+
+
+def test_a_set_of_files_on_a_disk_that_fills_midway_stays_the_earlier_set(tmp_path):
+    with small_disk(tmp_path / "disk", "256k") as disk:
+        target = written(disk / "maps", **{f"encoder_layer{n}.png": "earlier" for n in range(3)})
+        before = contents(target)
+        with pytest.raises(OSError) as raised, staged_folder(target, OURS) as staged:
+            for n in range(3):
+                (staged / f"encoder_layer{n}.png").write_bytes(b"x" * 100_000)  # the third does not fit
+        assert raised.value.errno == errno.ENOSPC
+        assert contents(target) == before and leftovers(disk) == []
 
 
 KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys
-    from modeling_vaswani.toolkit.outputs import staged_folder
-    with staged_folder(sys.argv[1]) as staged:
+    from modeling_vaswani.toolkit.outputs import Output, staged_folder
+    with staged_folder(sys.argv[1], Output("vaswani-test", "--output")) as staged:
         (staged / "model.safetensors").write_bytes(b"half")
         if sys.argv[2] == "before-rename":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -112,42 +176,315 @@ KILLED_WRITER = textwrap.dedent(
 )
 
 
-@pytest.mark.parametrize("moment", ["before-rename", "after-setting-aside"])
-def test_what_a_killed_writer_leaves_is_undone_by_the_next_run(tmp_path, moment):
-    target = tmp_path / "model"
-    target.mkdir()
-    (target / "config.json").write_text("earlier")
+def killed_writer(target, moment):
     run = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(target), moment])
     assert run.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("moment", ["before-rename", "after-setting-aside"])
+def test_what_a_killed_writer_leaves_is_undone_by_the_next_run(tmp_path, moment):
+    target = written(tmp_path / "model", **{"config.json": "earlier"})
+    killed_writer(target, moment)
     assert leftovers(tmp_path)  # something was left: a partial folder, or the earlier output set aside
     recover(target)
     assert leftovers(tmp_path) == []
     assert (target / "config.json").read_text() == "earlier" and not (target / "model.safetensors").exists()
 
 
+# ---------------------------------------------------------------------------------------------------------------------
+# Known by its content: the marker
+# ---------------------------------------------------------------------------------------------------------------------
+
+
 def test_only_the_commands_own_earlier_output_may_be_replaced(tmp_path):
-    notes = tmp_path / "my_notes"
-    notes.mkdir()
-    (notes / "notes.txt").write_text("mine")
-    (notes / "config.json").write_text("{}")
-    with pytest.raises(OutputError, match=r"my_notes holds notes\.txt, which vaswani-average does not write"):
-        check_output_folder(notes, MODEL_OUTPUT, "vaswani-average")
-    (notes / "notes.txt").unlink()
-    (notes / "runs").mkdir()
-    with pytest.raises(OutputError, match=r"holds runs/"):
-        check_output_folder(notes, MODEL_OUTPUT, "vaswani-average")
-    (notes / "runs").rmdir()
-    assert check_output_folder(notes, MODEL_OUTPUT, "vaswani-average") == notes  # an earlier model folder
+    model = written(tmp_path / "model", **{"config.json": "{}"})
+    assert json.loads((model / MARKER).read_text()) == {"command": "vaswani-test", "files": ["config.json"]}
+    assert check_output_folder(model, OURS) == model  # its own: replaced
+    release(model)
+    (model / "notes.txt").write_text("mine")
+    (model / "runs").mkdir()
+    with pytest.raises(OutputError) as raised:
+        check_output_folder(model, OURS)
+    assert str(raised.value) == (
+        f"output folder {model} holds notes.txt, runs/, which vaswani-test did not write; expected a new or empty "
+        "folder, or an earlier output of vaswani-test (replaced whole): choose another --output"
+    )
+    with pytest.raises(OutputError, match=r"holds notes\.txt, runs/"), staged_folder(model, OURS):
+        pass  # a caller that did not check is refused too, before anything is touched
+    assert listing(model) == ["config.json", "notes.txt", "runs"]
     (tmp_path / "file").write_text("")
     with pytest.raises(OutputError, match="is a file"):
-        check_output_folder(tmp_path / "file", MODEL_OUTPUT, "vaswani-average")
+        check_output_folder(tmp_path / "file", OURS)
+
+
+def test_names_alone_never_make_an_output_the_commands(tmp_path):
+    """A folder of exactly the names the command writes, but not written by it, is refused whole."""
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (theirs / name).write_text("theirs")
+    with pytest.raises(
+        OutputError, match=r"holds config\.json, model\.safetensors, tokenizer\.json, which vaswani-test"
+    ):
+        check_output_folder(theirs, OURS)
+    forged = ({"command": "vaswani-test"}, {"command": "vaswani-test", "files": [["config.json"]]})
+    for marker in ("not json", json.dumps(["vaswani-test"]), *map(json.dumps, forged)):
+        (theirs / MARKER).write_text(marker)  # a marker that is not one counts for nothing
+        with pytest.raises(OutputError, match="which vaswani-test did not write"):
+            check_output_folder(theirs, OURS)
+    assert contents(theirs)["config.json"] == b"theirs"
+
+
+def test_another_commands_output_is_named_as_such(tmp_path):
+    model = written(tmp_path / "model", **{"config.json": "{}"})
+    other = Output("vaswani-other", "output folder")
+    with pytest.raises(OutputError, match=r"\(it is an output of vaswani-test\); .*: choose another output folder"):
+        check_output_folder(model, other)
+
+
+def test_an_older_versions_output_is_known_only_by_content_only_this_package_writes(tmp_path):
+    older = tmp_path / "older"
+    older.mkdir()
+    for name in ("model.safetensors", "tokenizer.json", "results.json", "test.hyp.de"):
+        (older / name).write_text("")
+    (older / "config.json").write_text(json.dumps({"model_type": "vaswani"}))
+    assert check_output_folder(older, AVERAGED) == older  # an averaged model as versions before markers wrote it
+    release(older)
+    (older / "README.md").write_text("a card")  # none of ours wrote one
+    with pytest.raises(OutputError, match=r"holds README\.md, config\.json, .*which vaswani-average did not write;"):
+        check_output_folder(older, AVERAGED)
+    (older / "README.md").unlink()
+    (older / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    with pytest.raises(OutputError, match="which vaswani-average did not write"):
+        check_output_folder(older, AVERAGED)
+    (older / "config.json").write_text("{")
+    with pytest.raises(OutputError, match="which vaswani-average did not write"):
+        check_output_folder(older, AVERAGED)
+    tokenizer = tmp_path / "tokenizer"  # anyone's tokenizer.json looks like ours: refused, saying how to go on
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text("{}")
+    with pytest.raises(OutputError, match=f"it has no {MARKER}: if an older version of vaswani-train-tokenizer"):
+        check_output_folder(tokenizer, TRAINED_TOKENIZER)
+
+
+FILE_INTO = "import sys\nfrom modeling_vaswani.toolkit.outputs import write_text\nwrite_text(sys.argv[1], 'x')\n"
+
+
+def test_files_this_process_adds_join_the_marker_and_another_process_files_do_not(tmp_path):
+    from modeling_vaswani.toolkit.outputs import save_into
+
+    class Tokenizer:
+        def save_pretrained(self, folder):
+            (folder / "tokenizer.json").write_text("{}")
+
+    model = written(tmp_path / "model", **{"model.safetensors": ""})
+    write_text(model / "results.json", "{}")  # as vaswani-train adds its results beside its averaged model
+    save_into(model, Tokenizer())
+    assert json.loads((model / MARKER).read_text())["files"] == ["model.safetensors", "results.json", "tokenizer.json"]
+    assert check_output_folder(model, OURS) == model
+    release(model)
+    subprocess.run([sys.executable, "-c", FILE_INTO, str(model / "mine.de")], check=True, env=ENV)  # a user's
+    with pytest.raises(OutputError, match=r"holds mine\.de, which vaswani-test did not write"):
+        check_output_folder(model, OURS)
+
+
+def test_a_working_folder_is_checked_by_the_names_its_command_writes(tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoint-5").mkdir(parents=True)
+    (run / ".run.partial-1").mkdir()
+    assert check_working_folder(run, ("checkpoint-*/",), "vaswani-train") == run
+    release(run)
+    (run / "thesis.tex").write_text("mine")
+    with pytest.raises(OutputError, match=r"holds thesis\.tex, which vaswani-train does not write"):
+        check_working_folder(run, ("checkpoint-*/",), "vaswani-train")
 
 
 def test_a_read_only_or_too_small_disk_is_refused_before_any_work(tmp_path):
     with small_disk(tmp_path / "ro", "64k", read_only=True) as disk:
         with pytest.raises(OutputError, match="Read-only file system; expected a writable folder"):
-            check_output_folder(disk / "model", MODEL_OUTPUT, "vaswani-average")
+            check_output_folder(disk / "model", AVERAGED)
     with small_disk(tmp_path / "small", "64k") as disk:
         with pytest.raises(OutputError, match=r"needs about 1\.0 MB but .* has 0\.1 MB free"):
-            check_output_folder(disk / "model", MODEL_OUTPUT, "vaswani-average", need_bytes=10**6)
+            check_output_folder(disk / "model", AVERAGED, need_bytes=10**6)
+        assert leftovers(disk) == []  # no lock left behind by a refusal
     assert os.access(tmp_path, os.W_OK)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Devices, FIFOs, sockets, descriptors: written in place, never renamed over
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_dev_null_stays_a_character_device(tmp_path):
+    before = os.stat("/dev/null")
+    assert stat.S_ISCHR(before.st_mode)
+    check_output_file("/dev/null")
+    write_text("/dev/null", "translations\n")
+    after = os.stat("/dev/null")
+    assert stat.S_ISCHR(after.st_mode) and (after.st_ino, after.st_rdev) == (before.st_ino, before.st_rdev)
+    assert not [name for name in os.listdir("/dev") if name.startswith(".null.")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+def test_a_character_device_of_our_own_is_written_in_place(tmp_path):
+    """A /dev/null of our own in tmp_path (the real one is tested above): root may rename over it, so it is where the
+    old writer did its damage."""
+    device = tmp_path / "null"
+    os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    check_output_file(device)
+    write_text(device, "translations\n")
+    assert stat.S_ISCHR(os.stat(device).st_mode) and os.listdir(tmp_path) == ["null"]
+
+
+def test_a_fifo_is_written_in_place_and_its_reader_gets_the_text(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text()), daemon=True)
+    reader.start()
+    check_output_file(fifo)
+    writer = threading.Thread(target=write_text, args=(fifo, "a line\n"), daemon=True)
+    writer.start()
+    writer.join(timeout=10)
+    reader.join(timeout=10)  # where the FIFO was renamed over, its reader waits on forever (a daemon thread)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and received == ["a line\n"] and os.listdir(tmp_path) == ["fifo"]
+
+
+def test_a_socket_is_never_renamed_over(tmp_path):
+    path = tmp_path / "socket"
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(path))
+    try:
+        with pytest.raises(OutputError, match="socket is a socket; expected a file, a device or a FIFO to write"):
+            check_output_file(path)  # refused before the work
+        with pytest.raises(OSError) as raised:
+            write_text(path, "text")  # a socket cannot be opened as a file: named, and left as it is
+        assert raised.value.filename == str(path)
+        assert stat.S_ISSOCK(os.stat(path).st_mode) and os.listdir(tmp_path) == ["socket"]
+    finally:
+        server.close()
+
+
+STDOUT_WRITER = "from modeling_vaswani.toolkit.outputs import write_text\nwrite_text('/dev/stdout', 'through\\n')\n"
+
+
+@pytest.mark.parametrize("into", ["pipe", "file"])
+def test_dev_stdout_is_written_in_place_into_a_pipe_or_a_file(tmp_path, into):
+    if into == "pipe":
+        run = subprocess.run([sys.executable, "-c", STDOUT_WRITER], capture_output=True, text=True, env=ENV)
+        assert run.returncode == 0 and run.stdout == "through\n", run.stderr
+        return
+    log = tmp_path / "log.txt"
+    with open(log, "w") as handle:  # `> log.txt`, which another program may follow (tail -f) by its inode
+        subprocess.run([sys.executable, "-c", STDOUT_WRITER], stdout=handle, check=True, env=ENV)
+        inode = os.fstat(handle.fileno()).st_ino
+    assert log.read_text() == "through\n" and log.stat().st_ino == inode and os.listdir(tmp_path) == ["log.txt"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# One writer per output
+# ---------------------------------------------------------------------------------------------------------------------
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from modeling_vaswani.toolkit.outputs import Output, staged_folder
+    with staged_folder(sys.argv[1], Output("vaswani-first", "--output")) as staged:
+        (staged / "model.safetensors").write_text("first")
+        Path(sys.argv[2]).write_text("writing")
+        time.sleep(float(sys.argv[3]))
+    """
+)
+
+
+def holder(target, signal_file, seconds):
+    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(target), str(signal_file), str(seconds)], env=ENV)
+    deadline = time.monotonic() + 60
+    while not signal_file.exists():
+        assert process.poll() is None and time.monotonic() < deadline, "the first writer did not start"
+        time.sleep(0.05)
+    return process
+
+
+def test_a_second_writer_is_refused_naming_the_first_and_the_first_finishes_whole(tmp_path):
+    target = tmp_path / "model"
+    first = holder(target, tmp_path / "started", 3)
+    try:
+        expected = f"another vaswani-first (pid {first.pid}) is writing {target}; expected one writer at a time"
+        for attempt in (
+            lambda: check_output_folder(target, OURS),
+            lambda: written(target, **{"x": ""}),
+            lambda: recover(target),
+            lambda: check_output_file(target),
+        ):
+            with pytest.raises(OutputError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+                attempt()
+    finally:
+        assert first.wait(timeout=60) == 0
+    assert listing(target) == ["model.safetensors"] and (target / "model.safetensors").read_text() == "first"
+    assert leftovers(tmp_path) == []  # the lock file goes with its writer
+
+
+def test_a_lock_left_by_a_killed_writer_blocks_nobody(tmp_path):
+    target = tmp_path / "model"
+    first = holder(target, tmp_path / "started", 60)
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+    assert ".model.lock" in leftovers(tmp_path)  # its file stays; its lock went with the process
+    written(target, **{"config.json": "second"})
+    assert listing(target) == ["config.json"] and leftovers(tmp_path) == []
+
+
+def test_a_claim_is_held_from_the_check_to_the_end_of_the_write(tmp_path):
+    target = tmp_path / "out.de"
+    check_output_file(target)
+    assert (tmp_path / ".out.de.lock").read_text().endswith(f"(pid {os.getpid()})\n")
+    assert claim(target) is False  # this process holds it already
+    write_text(target, "x")
+    assert leftovers(tmp_path) == []  # released with the write
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# A reader that finds an output set aside
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_reader_restores_an_output_a_killed_run_set_aside_and_says_so(tmp_path, caplog):
+    target = written(tmp_path / "model", **{"config.json": "earlier"})
+    killed_writer(target, "after-setting-aside")
+    assert not target.exists() and (tmp_path / ".model.old").is_dir()
+    with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.outputs"):
+        restore_set_aside(target)
+    assert f"restored {target} from {tmp_path / '.model.old'}, where a run killed while replacing it" in caplog.text
+    assert (target / "config.json").read_text() == "earlier"
+    assert leftovers(tmp_path) == []
+
+
+def test_a_reader_is_told_how_to_restore_what_it_cannot_restore(tmp_path):
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        (disk / ".model.old").mkdir()
+        (disk / ".model.old" / "config.json").write_text("earlier")
+        remounted = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True)
+        if remounted.returncode != 0:
+            pytest.skip(f"cannot remount read-only: {remounted.stderr.decode().strip()}")
+        with pytest.raises(OutputError) as raised:
+            restore_set_aside(disk / "model")
+        assert str(raised.value) == (
+            f"{disk / 'model'} is missing: a run killed while replacing it left the earlier one as "
+            f"{disk / '.model.old'}, which cannot be restored here (Read-only file system); rename "
+            f"{disk / '.model.old'} to {disk / 'model'} to restore it"
+        )
+
+
+def test_a_reader_touches_nothing_when_the_output_is_there(tmp_path):
+    target = written(tmp_path / "model", **{"config.json": "{}"})
+    (tmp_path / ".model.partial-x").mkdir()  # perhaps a live writer's: not a reader's to remove
+    restore_set_aside(target)
+    restore_set_aside(tmp_path / "user" / "hub-model")  # a Hub id: nothing there at all
+    assert leftovers(tmp_path) == [".model.partial-x"]
+
+
+def test_model_output_names_no_readme(tmp_path):
+    """No command of ours writes a README.md into a model folder: one there is a user's (or a Hub card)."""
+    assert "README.md" not in MODEL_OUTPUT

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..runtime import apply_process_settings
 from ..training.ablation import parse_arguments, run
+from .arguments import finite_floats
 from .shell import command
 
 
@@ -23,7 +24,7 @@ from .shell import command
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    arguments = parse_arguments(argv)
+    arguments = parse_arguments(argv, adapt=finite_floats)
     run(*arguments)
     output_dir = Path(arguments[-1].output_dir)
     print((output_dir / "ablation.md").read_text(encoding="utf-8"))

@@ -3,12 +3,14 @@ starts (input read as training data is: split on "\n" only, UTF-8)."""
 
 import argparse
 import io
+import math
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..checkpoints import is_ctranslate2_folder, local_folder, validate_checkpoint, validate_export
 from ..data.corpora import iter_stream_lines, iter_text_lines
-from ..outputs import check_writable
+from ..outputs import check_output_file
 from ..serving.engines import ENGINES
 
 
@@ -23,6 +25,28 @@ def positive_int(text: str) -> int:
     return value
 
 
+def finite_float(text: str) -> float:
+    """argparse type of the commands' real numbers (vaswani-train's --learning_rate, --max_train_minutes, ...): a
+    finite number. "nan", "inf" and numbers too large for a float ("1e400") are usage errors, not values that
+    would silently disable a budget or poison every weight."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def finite_floats(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """`parser` with `finite_float` as the type of every float flag: HfArgumentParser makes one of each float field
+    of a dataclass (vaswani-train's and vaswani-ablate's), typed plain `float`."""
+    for action in parser._actions:
+        if action.type is float:
+            action.type = finite_float
+    return parser
+
+
 def read_input(path: str | Path | None) -> list[str]:
     """The lines of the text file `path` (`.gz` allowed), or of standard input when None, split as training data is,
     one sentence a line. Refuses an empty input (and, through the line reader, bytes that are not UTF-8 text)."""
@@ -32,6 +56,21 @@ def read_input(path: str | Path | None) -> list[str]:
     if not lines:
         raise ValueError(f"{name} is empty; expected one sentence per line")
     return lines
+
+
+def check_models(names: Sequence[str], revision: str | None = None) -> None:
+    """Every model named on the command line found before the first one loads (a folder that exists, or a Hub id),
+    and each local folder after the first through the opener's checks (a checkpoint's, or an export's): loading the
+    first is no work to throw away for a typo in, or damage to, the second. The first is checked as it loads."""
+    folders = [local_folder(name) for name in names]
+    if revision is not None and any(folder is not None for folder in folders):
+        local = next(name for name, folder in zip(names, folders, strict=True) if folder is not None)
+        raise ValueError(f"--revision {revision} applies to Hub ids; {local} is a local folder")
+    for folder in folders[1:]:
+        if folder is not None and is_ctranslate2_folder(folder):
+            validate_export(folder)
+        elif folder is not None:
+            validate_checkpoint(folder)
 
 
 def utf8_stdout():
@@ -92,5 +131,5 @@ def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()
                 f"--output {path} is also an input; expected another file, since writing it would destroy that input"
             )
     sizes = [Path(source).stat().st_size for source in inputs if source is not None and Path(source).is_file()]
-    check_writable(path, need_bytes=max(sizes, default=0))  # a translation is about as long as its source
+    check_output_file(path, need_bytes=max(sizes, default=0))  # a translation is about as long as its source
     return path

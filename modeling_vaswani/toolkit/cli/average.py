@@ -3,8 +3,9 @@
 vaswani-average --output_dir_of_training runs/base --last 5 --output runs/base-averaged
 vaswani-average runs/base/checkpoint-99000 runs/base/checkpoint-100000 --output averaged
 
-Refused before anything is written: a checkpoint that is missing, given twice, or whose weights do not open or do not
-match the others', checkpoints of different tokenizers, and an --output that is a file, a checkpoint, or a folder
+Refused before anything is written: a checkpoint that is missing, given twice, not a Vaswani checkpoint (its config's
+model_type is named), or whose weights do not open, do not fit its config.json or do not match the others',
+checkpoints of different tokenizers, and an --output that is a file, a checkpoint, or a folder
 holding anything but an earlier model (named). The average is written aside and replaces --output when complete; what
 a killed run left beside --output is cleaned up, or restored, first.
 """
@@ -41,7 +42,7 @@ def main(argv=None) -> None:
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     checkpoints = arguments.checkpoints or find_checkpoints(arguments.output_dir_of_training, arguments.last)
-    output = average_checkpoints(checkpoints, arguments.output)
+    output = average_checkpoints(checkpoints, arguments.output, vaswani_only=True)  # each through the opener
     print(f"averaged {len(checkpoints)} checkpoints into {output}:")
     for checkpoint in checkpoints:
         print(f"  {checkpoint}")

@@ -13,7 +13,7 @@ import argparse
 from ..checkpoints import load_model_and_tokenizer
 from ..evaluation.plotting import ATTENTION_KINDS, plot_attention
 from ..evaluation.translate import check_sentences
-from ..outputs import check_output_folder
+from ..outputs import ATTENTION_MAPS, check_output_folder
 from ..runtime import apply_process_settings
 from .shell import command
 
@@ -54,7 +54,7 @@ def check_choices(config, kinds, layers, heads) -> None:
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
-    check_output_folder(arguments.output_dir, ("*.png",), "vaswani-plot-attention")
+    check_output_folder(arguments.output_dir, ATTENTION_MAPS)
     model, tokenizer = load_model_and_tokenizer(arguments.model, trust_remote_code=arguments.trust_remote_code)
     check_choices(model.config, arguments.kinds, arguments.layers, arguments.heads)
     check_sentences(tokenizer, [arguments.sentence], model.config.max_position_embeddings)

@@ -24,6 +24,7 @@ from ..serving.engines import load_ensemble
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,
+    check_models,
     check_output_path,
     read_input,
     utf8_stdout,
@@ -67,6 +68,7 @@ def main(argv=None):
             f"--source {arguments.source} has {len(sources)} lines but --target {arguments.target} has "
             f"{len(targets)}; expected one translation a source line"
         )
+    check_models(arguments.model, arguments.revision)  # each model found before the first loads
     model, tokenizer, others = load_ensemble(
         arguments.model, arguments.revision, arguments.trust_remote_code, arguments.engine
     )  # fmt: skip

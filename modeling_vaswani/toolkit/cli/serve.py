@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..serving.engines import load_translator
-from .arguments import add_model_arguments, positive_int
+from .arguments import add_model_arguments, check_models, positive_int
 from .shell import command
 
 
@@ -105,6 +105,7 @@ def main(argv=None):
     )
     # Requests name a model as it was given here (the first is the default).
     loading = (arguments.revision, arguments.trust_remote_code, arguments.engine)
+    check_models(arguments.models, arguments.revision)  # each model found before the first loads
     models = {name: load_translator(name, *loading) for name in arguments.models}
     app = create_app(models, limits, keys=keys, rate_limit=arguments.rate_limit)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # the access log's JSON lines

@@ -15,6 +15,7 @@ import torch
 
 from ..runtime import apply_process_settings
 from ..training.recipe import parse_arguments, run
+from .arguments import finite_floats
 from .shell import command
 
 
@@ -22,7 +23,7 @@ from .shell import command
 def main(argv=None):
     apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    results = run(*parse_arguments(argv))
+    results = run(*parse_arguments(argv, adapt=finite_floats))
     test = results.get("test")
     if test:
         print(f"sacreBLEU {test['sacrebleu']:.2f} ({test['signature']})")

@@ -9,11 +9,13 @@ vaswani-translate runs/a/averaged runs/b/averaged --input sentences.en   # an en
 Input is UTF-8 text, one sentence a line, split on "\\n" only as training data is. Refused before any sentence is
 translated: bad counts, an --output that cannot be written (or is the input), a model folder that does not exist or
 whose weights are damaged, input that is empty, not UTF-8 or binary, an empty line, and a sentence longer than
---max_input_tokens.
+--max_input_tokens. What can be checked before a model loads is: the --input and --target_prefix files (and standard
+input when it is a file) are read, and every model of an ensemble is found, before the first one loads.
 
 From a pipe or a terminal (no --input, --output or --target_prefix), lines are translated as they arrive: those that
-came in together as one batch, each answered before more input is read (a bad line ends the run there, the lines
-before it answered). A file given with --input, or redirected with <, is read whole and batched by length.
+came in together as one batch, each answered before more input is read (a bad line ends the run there, every line
+before it answered, those that came in with it too). A file given with --input, or redirected with <, is read whole
+and batched by length.
 
 --nbest N writes N lines a sentence, best first, Moses style: the sentence's number from 0, its translation and the
 score the beam search ranked it by, log P(Y|X) / lp(Y) (natural logarithm; |Y| counts </s>): under the paper's
@@ -34,6 +36,7 @@ from ..serving.engines import load_ensemble
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,
+    check_models,
     check_output_path,
     positive_int,
     read_input,
@@ -78,6 +81,13 @@ def main(argv=None):
     _, arguments = parse_arguments(argv)
     if arguments.output:
         check_output_path(arguments.output, [arguments.input, arguments.target_prefix])
+    check_models(arguments.model, arguments.revision)  # a typo in the second model is not found after the first loads
+    streaming = arguments.input is None and arguments.output is None and arguments.target_prefix is None
+    streaming = streaming and is_stream(0)
+    # Before any model loads, what can be read is: the files, and standard input where it is one (a pipe or a
+    # terminal is read once the model is there: its lines may take their time to come).
+    sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
+    prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
     model, tokenizer, others = load_ensemble(
         arguments.model, arguments.revision, arguments.trust_remote_code, arguments.engine
     )  # fmt: skip
@@ -104,11 +114,12 @@ def main(argv=None):
             f"{first + i} ||| {h.text} ||| {h.score:.4f}" for i, hypotheses in enumerate(lists) for h in hypotheses
         ]
 
-    if arguments.input is None and arguments.output is None and arguments.target_prefix is None and is_stream(0):
+    if streaming:
         stream(render)
         return
-    sentences = read_input(arguments.input)  # after the model: standard input is read once, and may wait
-    prefixes = read_prefixes(arguments.target_prefix, len(sentences))
+    if sentences is None:  # a pipe or a terminal, read whole
+        sentences = read_input(None)
+        check_prefix_count(arguments.target_prefix, prefixes, len(sentences))
     try:
         lines = render(sentences, prefixes=prefixes)
     except InputError as error:
@@ -124,34 +135,50 @@ def is_stream(fd: int) -> bool:
 
 def stream(render) -> None:
     """Translates standard input as it arrives (a pipe, a terminal): the lines that have come in, as one batch, are
-    written and flushed before more are read. A bad line (empty, over the limits) ends the run with its error after
-    the lines before it have been answered."""
+    written and flushed before more are read. A bad line (not text, empty, over the limits) ends the run with its
+    error after every line before it has been answered, those that came in the same read included."""
     output, lines_read = utf8_stdout(), 0
+    # A line that is not text: the lines before it in its read come as a group first, then its error.
     for group in iter_arrived_lines(sys.stdin.fileno(), "standard input"):
-        first = group[0][0]
-        try:
-            lines = render([text for _, text in group], first=first - 1, progress=False)
-        except InputError as error:
-            counted = "" if first == 1 else f", counting from line {first}"
-            raise InputError(f"standard input, one sentence a line{counted}: {error}") from None
-        write_lines(lines, output)
-        output.flush()
+        answer(render, group, output)
         lines_read = group[-1][0]
     if not lines_read:
         raise ValueError("standard input is empty; expected one sentence per line")
 
 
-def read_prefixes(path: str | None, sentences: int) -> list[str] | None:
-    """The lines of the --target_prefix file, one per input sentence (an empty line: no prefix)."""
+def answer(render, group: list[tuple[int, str]], output) -> None:
+    """Writes and flushes the translations of `group`, numbered lines translated as one batch. Where one of them
+    cannot be translated (InputError naming its sentence), the lines before it are answered first, then its error
+    is raised: no good line goes unanswered because a bad one came in the same read."""
+    first = group[0][0]
+    try:
+        lines = render([text for _, text in group], first=first - 1, progress=False)
+    except InputError as error:
+        if error.sentence is not None and error.sentence > 1:
+            answer(render, group[: error.sentence - 1], output)  # raises in turn for an earlier bad line
+        counted = "" if first == 1 else f", counting from line {first}"
+        raise InputError(f"standard input, one sentence a line{counted}: {error}") from None
+    write_lines(lines, output)
+    output.flush()
+
+
+def read_prefixes(path: str | None, sentences: int | None) -> list[str] | None:
+    """The lines of the --target_prefix file, one per input sentence (an empty line: no prefix); their count is
+    checked where the number of `sentences` is known."""
     if path is None:
         return None
     prefixes = [text for _, text in iter_text_lines(path)]
-    if len(prefixes) != sentences:
+    if sentences is not None:
+        check_prefix_count(path, prefixes, sentences)
+    return prefixes
+
+
+def check_prefix_count(path: str | None, prefixes: list[str] | None, sentences: int) -> None:
+    if prefixes is not None and len(prefixes) != sentences:
         raise ValueError(
             f"--target_prefix {path} has {len(prefixes)} lines; expected {sentences}, one per input sentence (an "
             "empty line for none)"
         )
-    return prefixes
 
 
 def write(translations: list[str], output: str | None) -> None:

@@ -3,19 +3,25 @@
 Every loader returns a `datasets.Dataset` (or a `DatasetDict` of splits) with the Hub's translation schema, as
 `wmt14` uses: a single column `translation` holding `{source_lang: text, target_lang: text}`.
 
-Bad data is never skipped quietly: misaligned files, empty lines, undecodable bytes and rows without a language raise
-a `ValueError` naming the file (or dataset) and the line (or row). Lines are kept exactly as written (no stripping or
+Bad data is never skipped quietly: misaligned files, empty lines, undecodable bytes, rows that do not parse and rows
+without a language raise a `ValueError` naming the file (or dataset) and the line (or row). Every file format is read
+by a reader of its own that knows its lines (`table_rows`: JSON Lines, JSON arrays, CSV, TSV; Parquet by row), and
+every row of every format passes one check (`_checked_pair`). Lines are kept exactly as written (no stripping or
 normalization) so that detokenized BLEU is computed against the original references.
 """
 
 from __future__ import annotations
 
+import bisect
+import csv
 import errno
 import gzip
+import hashlib
+import itertools
 import json
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from itertools import zip_longest
 from pathlib import Path
@@ -23,6 +29,7 @@ from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from datasets import (
     Dataset,
     DatasetDict,
@@ -32,8 +39,10 @@ from datasets import (
     Value,
     concatenate_datasets,
     load_dataset,
+    load_dataset_builder,
     load_from_disk,
 )
+from datasets.data_files import DataFilesDict, get_data_patterns
 from datasets.exceptions import DatasetGenerationError
 
 logger = logging.getLogger(__name__)
@@ -44,8 +53,10 @@ MULTI30K_DIR = Path(str(resources.files(__package__) / "multi30k"))
 MULTI30K_SPLITS = {"train": "train", "validation": "val", "test": "test_2016_flickr"}
 MULTI30K_LANGUAGES = ("en", "de", "fr")  # task 1: English captions with German and French translations
 
-# Suffix (after an optional .gz) -> `datasets` packaged builder.
-_TABLE_BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv"}
+# Suffix (after an optional .gz, but for Parquet, which compresses inside) -> the format of a table of pairs.
+TABLE_FORMATS = {".jsonl": "JSON Lines", ".json": "JSON", ".csv": "CSV", ".tsv": "TSV", ".parquet": "Parquet"}
+# Keys the cache of pairs read from files, with the files' sizes and times: a change to how they are read reads again.
+_READER_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
 
 
 def _existing_file(path: str | Path) -> Path:
@@ -58,18 +69,18 @@ def _existing_file(path: str | Path) -> Path:
     return path
 
 
-def iter_stream_lines(stream: BinaryIO, name: object) -> Iterator[tuple[int, str]]:
+def iter_stream_lines(stream: BinaryIO, name: object, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
     """Yield `(line_number, text)` for a stream of UTF-8 bytes (a file, standard input), line numbers 1-based.
 
     Lines are split on "\\n" only (not on the Unicode line separators `str.splitlines` knows, nor on a stray "\\r") and
-    lose their "\\n" or "\\r\\n"; a UTF-8 byte-order mark on line 1 is dropped. Invalid UTF-8, and NUL, which no text
-    holds but binary data and UTF-16 do, raise a ValueError naming `name` and the line.
+    lose their "\\n" or "\\r\\n" (unless `keep_ends`); a UTF-8 byte-order mark on line 1 is dropped. Invalid UTF-8, and
+    NUL, which no text holds but binary data and UTF-16 do, raise a ValueError naming `name` and the line.
     """
     for number, raw in enumerate(stream, start=1):
-        yield number, decode_line(raw, number, name)
+        yield number, decode_line(raw, number, name, keep_ends)
 
 
-def decode_line(raw: bytes, number: int, name: object) -> str:
+def decode_line(raw: bytes, number: int, name: object, keep_end: bool = False) -> str:
     """Line `number` of `name` as text, as `iter_stream_lines` decodes it."""
     try:
         text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
@@ -80,33 +91,39 @@ def decode_line(raw: bytes, number: int, name: object) -> str:
         ) from None
     if "\0" in text:
         raise ValueError(f"{name}, line {number}: holds a NUL character; expected UTF-8 text (binary or UTF-16?)")
-    return text.removesuffix("\n").removesuffix("\r")
+    return text if keep_end else text.removesuffix("\n").removesuffix("\r")
 
 
 def iter_arrived_lines(fd: int, name: object, chunk: int = 1 << 16) -> Iterator[list[tuple[int, str]]]:
     """The lines of the file descriptor `fd` (a pipe, a terminal) in groups, each group as soon as it has arrived:
     whatever complete lines one read returns, so that a program reading them answers each line without waiting for
-    the end of its input. Decoded and checked as `iter_stream_lines` does; a last line without "\\n" comes at the
-    end. Written by hand: Python's line iterators read ahead, and would wait for more input before returning."""
+    the end of its input. Decoded and checked as `iter_stream_lines` does; a line that is not text raises its error
+    after the lines before it in the same read have been yielded, so that they are answered first. Written by hand:
+    Python's line iterators read ahead, and would wait for more input before returning."""
     pending, number = b"", 0
     while data := os.read(fd, chunk):
         *complete, pending = (pending + data).split(b"\n")
         group = []
         for raw in complete:
             number += 1
-            group.append((number, decode_line(raw, number, name)))
+            try:
+                group.append((number, decode_line(raw, number, name)))
+            except ValueError:
+                if group:
+                    yield group
+                raise
         if group:
             yield group
     if pending:
         yield [(number + 1, decode_line(pending, number + 1, name))]
 
 
-def iter_text_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+def iter_text_lines(path: str | Path, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
     """`iter_stream_lines` of a UTF-8 text file (`.gz` allowed)."""
     path = _existing_file(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rb") as stream:
-        yield from iter_stream_lines(stream, path)
+        yield from iter_stream_lines(stream, path, keep_ends)
 
 
 def read_sentences(path: str | Path) -> list[str]:
@@ -155,6 +172,8 @@ def _aligned_pairs(
                 raise ValueError(f"{path}, line {number}: empty line; expected one sentence per line")
         pairs = number
         yield {"translation": {source_lang: source, target_lang: target}}
+    if not pairs:
+        raise ValueError(f"{source_file} is empty; expected one sentence per line")
 
 
 def load_text_pairs(source_file: str | Path, target_file: str | Path, source_lang: str, target_lang: str) -> Dataset:
@@ -165,23 +184,28 @@ def load_text_pairs(source_file: str | Path, target_file: str | Path, source_lan
     """
     _check_languages(source_lang, target_lang)
     files = [_existing_file(source_file), _existing_file(target_file)]
-    # A string, not a list: `from_generator` would take a list for shards to split between workers.
-    identity = repr([(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns) for path in files])
+    gen_kwargs = {"source_file": files[0], "target_file": files[1], "source_lang": source_lang,
+                  "target_lang": target_lang, "identity": _identity(files)}  # fmt: skip
+    return _generated(_aligned_pairs, gen_kwargs, _translation_features(source_lang, target_lang))
+
+
+def _identity(files: Sequence[Path]) -> str:
+    """What keys the cache of the pairs read from `files`, beside the reader's arguments: each file's path, size and
+    modification time (an edited file is read again) and the readers' version. A string, not a list:
+    `from_generator` would take a list for shards to split between workers."""
+    return repr([_READER_VERSION, *[(str(path.resolve()), path.stat().st_size, path.stat().st_mtime_ns)
+                                    for path in files]])  # fmt: skip
+
+
+def _generated(generator: Callable, gen_kwargs: dict, features: Features, cache_dir: str | None = None) -> Dataset:
+    """`Dataset.from_generator`, streamed into an Arrow file in the `datasets` cache, with the builder's wrapper taken
+    off a refusal raised while reading: our ValueError (file and line) or OSError (file) is what the user needs."""
     try:
-        dataset = Dataset.from_generator(
-            _aligned_pairs,
-            features=_translation_features(source_lang, target_lang),
-            gen_kwargs={"source_file": files[0], "target_file": files[1], "source_lang": source_lang,
-                        "target_lang": target_lang, "identity": identity},
-        )  # fmt: skip
+        return Dataset.from_generator(generator, features=features, gen_kwargs=gen_kwargs, cache_dir=cache_dir)
     except DatasetGenerationError as error:
-        # Our ValueError, naming file and line, is what the user needs, not the builder's wrapper.
-        if isinstance(error.__cause__, ValueError):
+        if isinstance(error.__cause__, (ValueError, OSError)):
             raise error.__cause__ from None
         raise
-    if len(dataset) == 0:
-        raise ValueError(f"{files[0]} is empty; expected one sentence per line")
-    return dataset
 
 
 def multi30k_files(
@@ -226,6 +250,8 @@ def load_multi30k(
 
 
 def _checked_pair(pair: object, source_lang: str, target_lang: str, where: str) -> dict[str, str]:
+    """The one check of a translation pair, whatever format it was read from: a dict holding a sentence (a string
+    with more than white space, that UTF-8 can hold) for each language; refused naming `where` otherwise."""
     if not isinstance(pair, dict):
         raise ValueError(
             f"{where}: translation is {pair!r}; expected a dict with keys {source_lang!r} and {target_lang!r}"
@@ -240,23 +266,206 @@ def _checked_pair(pair: object, source_lang: str, target_lang: str, where: str) 
             raise ValueError(f"{where}: {lang!r} is {text!r} ({type(text).__name__}); expected a string")
         if not text.strip():
             raise ValueError(f"{where}: {lang!r} text is empty; expected a sentence")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:  # JSON's "\ud800": no character, and nothing Arrow can store
+            raise ValueError(
+                f"{where}: {lang!r} text holds a lone surrogate ({text[error.start]!r} at character {error.start}), "
+                "which is no Unicode text; expected UTF-8 text"
+            ) from None
     return {source_lang: pair[source_lang], target_lang: pair[target_lang]}
 
 
-def json_line_of_row(path: Path, row: int) -> tuple[int, object] | None:
-    """The 1-based line number and parsed value of row `row` (0-based) of a JSON Lines file, as `datasets` counts
-    rows (blank lines are no rows); None where the file does not read as one JSON value a line up to there (a JSON
-    array, say). Read again only to name a bad row."""
-    rows = -1
+# JSON's names for what a row of a JSON file was instead of an object.
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+
+
+def _checked_row(row: object, source_lang: str, target_lang: str, where: str) -> dict[str, str]:
+    """The pair of a row as `table_rows` reads it: an object holding a `translation` object (the Hub schema) or the
+    texts themselves (one column per language), each row on its own."""
+    if not isinstance(row, dict):
+        shown = json.dumps(row, ensure_ascii=False)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise ValueError(
+            f"{where}: the row is {shown}, {_JSON_TYPES.get(type(row), 'null')}; expected an object with "
+            f"{source_lang!r} and {target_lang!r} texts, or a 'translation' object holding them"
+        )
+    return _checked_pair(row.get("translation", row), source_lang, target_lang, where)
+
+
+def _table_format(path: Path) -> str:
+    """The format of the table file `path`, by its name (TABLE_FORMATS)."""
+    suffix = Path(path.name.removesuffix(".gz")).suffix
+    if suffix not in TABLE_FORMATS:
+        raise ValueError(
+            f"cannot tell the format of {path}: expected a name ending in {sorted(TABLE_FORMATS)} (+ .gz but for "
+            ".parquet)"
+        )
+    if suffix == ".parquet" and path.name.endswith(".gz"):
+        raise ValueError(f"{path}: a Parquet file is compressed inside; expected it without .gz")
+    return TABLE_FORMATS[suffix]
+
+
+def table_rows(path: str | Path, languages: Sequence[str] = ()) -> Iterator[tuple[str, object]]:
+    """Each row of the JSON Lines, JSON or CSV/TSV file `path` (`.gz` allowed) as written, with where it is in words
+    ("FILE, line N", the line a row starts on). One reader per format, each refusing by file, line (and column where
+    the parser knows it) what does not parse, and a file without rows; bytes that are not UTF-8 are refused by line
+    for every format. `languages`: the columns a CSV/TSV header must name. The rows are checked by `_checked_row`."""
+    path = _existing_file(path)
+    form = _table_format(path)
+    if form == "Parquet":
+        raise ValueError(f"{path}: Parquet has rows, not lines; it is read by load_table_pairs")
+    if form in ("CSV", "TSV"):
+        yield from _delimited_rows(path, "," if form == "CSV" else "\t", languages)
+    elif form == "JSON":
+        yield from _json_rows(path)
+    else:
+        yield from _json_lines_rows(path)
+
+
+def _json_lines_rows(path: Path) -> Iterator[tuple[str, object]]:
+    """JSON Lines: one JSON value a line; blank lines are no rows (as `datasets` reads them)."""
+    expected = "expected one JSON object a line"
+    rows = 0
     for number, text in iter_text_lines(path):
-        if text.strip():
-            rows += 1
-            if rows == row:
-                try:
-                    return number, json.loads(text)
-                except ValueError:
-                    return None
-    return None
+        if not text.strip():
+            continue
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{path}, line {number}, column {error.colno}: not valid JSON ({error.msg}); {expected}"
+            ) from None
+        except (ValueError, RecursionError) as error:  # a number of more than 4300 digits, nesting too deep
+            raise ValueError(f"{path}, line {number}: not valid JSON ({error}); {expected}") from None
+        rows += 1
+        yield f"{path}, line {number}", value
+    if not rows:
+        raise ValueError(f"{path} holds no rows; expected translation pairs, one JSON object a line")
+
+
+def _json_rows(path: Path) -> Iterator[tuple[str, object]]:
+    """A .json file: a JSON array of rows, each named by the line it starts on (read whole, as `datasets` reads an
+    array), or else JSON Lines, which `datasets` accepts under that name too."""
+    text = "".join(line for _, line in iter_text_lines(path, keep_ends=True))
+    position = _skip_space(text, 0)
+    if not text.startswith("[", position):
+        yield from _json_lines_rows(path)
+        return
+    expected = "expected a JSON array of objects"
+    decoder, counted, line, rows = json.JSONDecoder(), 0, 1, 0
+
+    def line_of(index: int) -> int:  # counted forward only: the array is read in order
+        nonlocal counted, line
+        line += text.count("\n", counted, index)
+        counted = index
+        return line
+
+    def refuse(index: int, reason: str):
+        column = index - (text.rfind("\n", 0, index) + 1) + 1
+        raise ValueError(f"{path}, line {line_of(index)}, column {column}: not valid JSON ({reason}); {expected}")
+
+    position = _skip_space(text, position + 1)
+    while not text.startswith("]", position) or rows:
+        if position >= len(text):
+            refuse(position, "the array is not closed")
+        try:
+            value, end = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as error:
+            raise ValueError(
+                f"{path}, line {error.lineno}, column {error.colno}: not valid JSON ({error.msg}); {expected}"
+            ) from None
+        except (ValueError, RecursionError) as error:
+            refuse(position, str(error))
+        rows += 1
+        yield f"{path}, line {line_of(position)}", value
+        position = _skip_space(text, end)
+        if text.startswith(",", position):
+            position = _skip_space(text, position + 1)
+        elif text.startswith("]", position):
+            break
+        elif position >= len(text):
+            refuse(position, "the array is not closed")
+        else:
+            refuse(position, "expected ',' or ']' after an element")
+    position = _skip_space(text, position + 1)
+    if position < len(text):
+        refuse(position, "text after the array")
+    if not rows:
+        raise ValueError(f"{path} holds no rows (an empty JSON array); expected translation pairs")
+
+
+def _skip_space(text: str, position: int) -> int:
+    while position < len(text) and text[position] in " \t\r\n":
+        position += 1
+    return position
+
+
+def _delimited_rows(path: Path, delimiter: str, languages: Sequence[str]) -> Iterator[tuple[str, object]]:
+    """CSV (quoted as spreadsheets write it) or TSV (fields as written between tabs, quotes included): a header line
+    naming the columns, then one row a record, each with as many fields as the header. Texts are read as written:
+    no type inference ("007" stays "007") and no "NA" or "null" taken for a missing value."""
+    form, joined = ("CSV", ",") if delimiter == "," else ("TSV", "\t")
+    read_up_to = 0  # the last line handed to the csv reader: a record starts on the line after the one before it
+
+    def lines():
+        nonlocal read_up_to
+        for number, text in iter_text_lines(path, keep_ends=True):  # quoted line breaks kept inside their field
+            read_up_to = number
+            yield text
+
+    quoting = csv.QUOTE_NONE if form == "TSV" else csv.QUOTE_MINIMAL
+    reader = csv.reader(lines(), delimiter=delimiter, quoting=quoting, strict=True)
+    header, header_line, rows = None, 0, 0
+    while True:
+        start = read_up_to + 1
+        try:
+            fields = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as error:
+            raise ValueError(
+                f"{path}, line {start}: not valid {form} ({error}); expected a translation pair a line"
+            ) from None
+        if not fields:  # a blank line
+            continue
+        if header is None:
+            header, header_line = fields, start
+            _check_header(path, header, header_line, languages)
+            continue
+        if len(fields) != len(header):
+            raise ValueError(
+                f"{path}, line {start}: {len(fields)} field{'s' if len(fields) != 1 else ''}; expected "
+                f"{len(header)}, one per column of the header (line {header_line}: {joined.join(header)})"
+            )
+        rows += 1
+        yield f"{path}, line {start}", dict(zip(header, fields, strict=True))
+    if header is None:
+        naming = f" ({joined.join(languages)})" if languages else ""
+        raise ValueError(
+            f"{path} is empty; expected a header line naming the columns{naming}, then a translation pair a line"
+        )
+    if not rows:
+        raise ValueError(
+            f"{path} holds only its header (line {header_line}); expected a translation pair a line after it"
+        )
+
+
+def _check_header(path: Path, header: list[str], line: int, languages: Sequence[str]) -> None:
+    twice = [name for name in dict.fromkeys(header) if header.count(name) > 1]
+    if twice:
+        raise ValueError(f"{path}, line {line}: the header names {twice[0]!r} twice; expected each column named once")
+    if not set(languages) <= set(header):
+        wanted = " and ".join(repr(lang) for lang in languages)
+        raise ValueError(
+            f"{path}, line {line}: the header names the columns {header}; expected a column per language ({wanted})"
+        )
+
+
+def _table_pairs(path: Path, source_lang: str, target_lang: str, identity: str) -> Iterator[dict]:
+    # `identity` (sizes and modification times) only keys the cache: an edited file is read again.
+    for where, row in table_rows(path, (source_lang, target_lang)):
+        yield {"translation": _checked_row(row, source_lang, target_lang, where)}
 
 
 def text_pair_location(source_file: str | Path, target_file: str | Path, row: int) -> str:
@@ -266,39 +475,17 @@ def text_pair_location(source_file: str | Path, target_file: str | Path, row: in
 
 
 def table_row_location(path: str | Path, row: int) -> str:
-    """Row `row` (0-based) of a table `load_table_pairs` read, in words: its line of a JSON Lines file, its row
-    counted after the header of a CSV file."""
+    """Row `row` (0-based) of a table `load_table_pairs` read, in words: the line it starts on (read again, only to
+    name it), or its row of a Parquet file."""
     path = Path(path)
-    if _table_builder(path) == "json":
-        found = json_line_of_row(path, row)
-        if found is not None:
-            return f"{path}, line {found[0]}"
-        return f"{path}, row {row + 1}"
-    return f"{path}, row {row + 1} (counted after the header)"
-
-
-def _checked_row(
-    pair: object, source_lang: str, target_lang: str, where: str, row: int, lines: Path | None = None
-) -> dict[str, str]:
-    """`_checked_pair` of row `row` (0-based) of `where`. With `lines`, the JSON Lines file the rows were read from, a
-    bad row is checked again as written there and named by its line: `datasets` reads a missing key and a null value
-    alike (None), the file tells them apart."""
-    try:
-        return _checked_pair(pair, source_lang, target_lang, f"{where}, row {row + 1}")
-    except ValueError:
-        found = json_line_of_row(lines, row) if lines is not None else None
-        if found is not None:
-            number, value = found
-            written = value.get("translation", value) if isinstance(value, dict) else value
-            try:
-                _checked_pair(written, source_lang, target_lang, f"{lines}, line {number}")
-            except ValueError as at_line:
-                raise at_line from None
-        raise  # no line to name, or the line reads well as written: the row's own words, then
+    if _table_format(path) != "Parquet":
+        for where, _ in itertools.islice(table_rows(path), row, None):
+            return where
+    return f"{path}, row {row + 1}"
 
 
 def _row_pairs(dataset: Dataset, source_lang: str, target_lang: str, where: str):
-    """Return a function reading the pair of row i of a batch, whichever of the two file layouts is used."""
+    """Return a function reading the pair of row i of a batch, whichever of the two layouts is used."""
     columns = dataset.column_names
     if "translation" in columns:
         return lambda batch, i: batch["translation"][i]
@@ -311,17 +498,16 @@ def _row_pairs(dataset: Dataset, source_lang: str, target_lang: str, where: str)
 
 
 def _rebuild_translation(
-    dataset: Dataset, source_lang: str, target_lang: str, where: str, lines: Path | None = None
+    dataset: Dataset, source_lang: str, target_lang: str, where: str, locate: Callable[[int], str]
 ) -> Dataset:
     """Check every row in Python and rebuild the data as a single `translation` column."""
     pair_of = _row_pairs(dataset, source_lang, target_lang, where)
 
     def rebuild(batch, indices):
-        pairs = [
-            _checked_row(pair_of(batch, i), source_lang, target_lang, where, row, lines)
-            for i, row in enumerate(indices)
+        checked = [
+            _checked_pair(pair_of(batch, i), source_lang, target_lang, locate(row)) for i, row in enumerate(indices)
         ]
-        return {"translation": pairs}
+        return {"translation": checked}
 
     return dataset.map(
         rebuild,
@@ -356,50 +542,79 @@ def _first_bad_row(dataset: Dataset, languages: Sequence[str]) -> int | None:
     return None if index < 0 else index
 
 
-def _validated(dataset: Dataset, source_lang: str, target_lang: str, where: str, lines: Path | None = None) -> Dataset:
-    """Return `dataset` as a single `translation` column after checking every row has both texts; a bad row is named
-    by its line of `lines`, the JSON Lines file it was read from, where there is one (`_checked_row`)."""
+def _validated(
+    dataset: Dataset, source_lang: str, target_lang: str, where: str, locate: Callable[[int], str] | None = None
+) -> Dataset:
+    """Return a table `dataset` (Parquet, a Hub dataset) as a single `translation` column after checking every row has
+    both texts (`_checked_pair`); a bad row is named by `locate(row)` (0-based), by default "WHERE, row N"."""
+    if locate is None:
+        locate = lambda row: f"{where}, row {row + 1}"  # noqa: E731
     if len(dataset) == 0:
         raise ValueError(f"{where} has no rows; expected translation pairs")
     languages = _struct_languages(dataset)
     if languages is None or not {source_lang, target_lang} <= set(languages):
-        return _rebuild_translation(dataset, source_lang, target_lang, where, lines)
+        return _rebuild_translation(dataset, source_lang, target_lang, where, locate)
     # Hub-sized corpora (WMT14: 4.5M pairs) are already in this layout: check them vectorized, without a copy, and
     # let the Python check word the error for the first bad row.
     row = _first_bad_row(dataset, (source_lang, target_lang))
     if row is not None:
         pair = dataset[row]["translation"]
-        _checked_row(pair, source_lang, target_lang, where, row, lines)
+        _checked_pair(pair, source_lang, target_lang, locate(row))
         # Arrow's idea of whitespace is a little wider than str.strip's.
-        raise ValueError(f"{where}, row {row + 1}: {pair!r} has a blank text; expected a sentence in each language")
+        raise ValueError(f"{locate(row)}: {pair!r} has a blank text; expected a sentence in each language")
     # A plain struct (from JSON, say) becomes the Translation feature that Hub translation datasets declare.
     features = _translation_features(*languages)
     dataset = dataset.select_columns(["translation"])
     return dataset if dataset.features == features else dataset.cast(features)
 
 
-def _table_builder(path: Path) -> str:
-    suffix = Path(path.name.removesuffix(".gz")).suffix
-    if suffix not in _TABLE_BUILDERS:
+def _load_parquet(paths: list[Path], source_lang: str, target_lang: str, cache_dir: str | None) -> Dataset:
+    """Parquet files, read as one table through `datasets` (memory-mapped, at WMT's size), each file opened first so
+    that one that is not Parquet, or lacks the columns, is named; a bad row is named by its file and row there."""
+    counts = []
+    for path in paths:
+        try:
+            metadata = pq.ParquetFile(path)
+            names, rows = metadata.schema_arrow.names, metadata.metadata.num_rows
+        except (pa.ArrowException, OSError) as error:
+            raise ValueError(
+                f"{path} is not a readable Parquet file ({_first_line(error)}); expected a table of translation pairs"
+            ) from None
+        if "translation" not in names and not {source_lang, target_lang} <= set(names):
+            raise ValueError(
+                f"{path} has columns {names}; expected a 'translation' column or one column per language "
+                f"({source_lang!r} and {target_lang!r})"
+            )
+        counts.append(rows)
+    if not sum(counts):
+        raise ValueError(f"{', '.join(map(str, paths))} holds no rows; expected translation pairs")
+    try:
+        dataset = load_dataset("parquet", data_files=[str(path) for path in paths], split="train", cache_dir=cache_dir)
+    except DatasetGenerationError as error:
+        cause = error.__cause__ or error
+        for path in paths:  # a file whose footer reads but whose data does not
+            try:
+                pq.read_table(path)
+            except (pa.ArrowException, OSError) as unreadable:
+                raise ValueError(
+                    f"{path} is not a readable Parquet file ({_first_line(unreadable)}); expected a table of "
+                    "translation pairs"
+                ) from None
         raise ValueError(
-            f"cannot tell the format of {path}: expected a name ending in {sorted(_TABLE_BUILDERS)} (+ .gz)"
-        )
-    return _TABLE_BUILDERS[suffix]
+            f"{', '.join(map(str, paths))}: not one table ({type(cause).__name__}: {_first_line(cause)}); expected "
+            "Parquet files of the same columns"
+        ) from None
+    starts = list(itertools.accumulate(counts, initial=0))
+
+    def locate(row: int) -> str:
+        index = bisect.bisect_right(starts, row) - 1
+        return f"{paths[index]}, row {row - starts[index] + 1}"
+
+    return _validated(dataset, source_lang, target_lang, str(paths[0]), locate)
 
 
-def _load_table(path: Path, source_lang: str, target_lang: str, cache_dir: str | None) -> Dataset:
-    builder = _table_builder(path)
-    # `datasets` would fail on bad bytes without a line number; this pass finds it.
-    for _ in iter_text_lines(path):
-        pass
-    if builder == "csv":
-        # Read texts as written: no type inference ("007" -> 7) and no "NA"/"null" -> missing.
-        options = {"converters": {source_lang: str, target_lang: str}, "keep_default_na": False}
-        where = f"{path} (rows counted after the header)"
-    else:
-        options, where = {}, str(path)
-    dataset = load_dataset(builder, data_files=str(path), split="train", cache_dir=cache_dir, **options)
-    return _validated(dataset, source_lang, target_lang, where, lines=path if builder == "json" else None)
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def load_table_pairs(
@@ -408,16 +623,35 @@ def load_table_pairs(
     target_lang: str,
     cache_dir: str | None = None,
 ) -> Dataset:
-    """Load translation pairs from JSON Lines or CSV files (`.gz` allowed), concatenated in the order given.
+    """Load translation pairs from JSON Lines, JSON, CSV, TSV (`.gz` allowed) or Parquet files, concatenated in the
+    order given.
 
     Each row holds either a `translation` dict (`{"translation": {"en": ..., "de": ...}}`, the Hub schema) or one
-    column per language code (`{"en": ..., "de": ...}`, or a CSV header `en,de`). Other columns are dropped.
+    column per language code (`{"en": ..., "de": ...}`, or a CSV/TSV header `en,de`). Other columns are dropped.
+    The text formats stream through their readers (`table_rows`) into an Arrow file in the `datasets` cache, reused
+    while the file is unchanged; Parquet is read by `datasets`. A bad row of any format is named by file and line
+    (Parquet: row) with what was found and what was expected.
     """
     _check_languages(source_lang, target_lang)
     paths = [files] if isinstance(files, (str, Path)) else list(files)
     if not paths:
-        raise ValueError("files is empty; expected at least one .jsonl or .csv file")
-    parts = [_load_table(_existing_file(path), source_lang, target_lang, cache_dir) for path in paths]
+        raise ValueError("files is empty; expected at least one .jsonl, .json, .csv, .tsv or .parquet file")
+    paths = [_existing_file(path) for path in paths]
+    forms = [_table_format(path) for path in paths]  # every name checked before any file is read
+    if all(form == "Parquet" for form in forms):
+        return _load_parquet(paths, source_lang, target_lang, cache_dir)
+    features = _translation_features(source_lang, target_lang)
+    parts = [
+        _load_parquet([path], source_lang, target_lang, cache_dir)
+        if form == "Parquet"
+        else _generated(
+            _table_pairs,
+            {"path": path, "source_lang": source_lang, "target_lang": target_lang, "identity": _identity([path])},
+            features,
+            cache_dir,
+        )
+        for path, form in zip(paths, forms, strict=True)
+    ]
     return parts[0] if len(parts) == 1 else concatenate_datasets(parts)
 
 
@@ -436,6 +670,28 @@ def _from_disk(path: Path, split: str | None) -> Dataset | DatasetDict:
     return dataset[split]
 
 
+def _local_data_files(folder: Path, config: str | None) -> dict[str, list[Path]] | None:
+    """The files of each split of a local dataset folder as `datasets` finds them (its split names, a README's
+    configs), when every one is a table this module reads (TABLE_FORMATS), so that they are read and refused as
+    `--train_file` is; None otherwise (`datasets` reads the folder)."""
+    try:
+        try:
+            data_files = load_dataset_builder(str(folder), config).config.data_files
+        except ValueError:  # files of several formats, which `datasets` does not mix; its split names still hold
+            if config is not None:
+                raise
+            data_files = DataFilesDict.from_patterns(get_data_patterns(str(folder)), base_path=str(folder))
+    except FileNotFoundError as error:  # datasets' "doesn't contain any data files"
+        raise ValueError(
+            f"{folder} holds no data files `datasets` recognizes ({_first_line(error)}); expected files such as "
+            "train.jsonl or data/train-00000-of-00001.parquet"
+        ) from None
+    files = {str(split): [Path(name) for name in names] for split, names in (data_files or {}).items()}
+    names = [name for split_names in files.values() for name in split_names]
+    known = all(Path(name.name.removesuffix(".gz")).suffix in TABLE_FORMATS for name in names)
+    return files if files and known else None
+
+
 def load_hub_pairs(
     name_or_path: str | Path,
     config: str | None = None,
@@ -447,15 +703,34 @@ def load_hub_pairs(
 ) -> Dataset | DatasetDict:
     """Load a Hub translation dataset (e.g. `load_hub_pairs("wmt14", "de-en", source_lang="en", target_lang="de")`).
 
-    A folder written by `save_to_disk` is read with `load_from_disk`; anything else (Hub name, local dataset folder)
-    goes to `datasets.load_dataset(name_or_path, config, split=split)`. Returns a DatasetDict when `split` is None.
+    A folder written by `save_to_disk` is read with `load_from_disk`; a local folder of JSON Lines, JSON, CSV, TSV or
+    Parquet files (split by `datasets`' rules: train.jsonl, data/train-*.parquet, ...) as `load_table_pairs` reads
+    them; anything else (Hub name, another local folder) goes to `datasets.load_dataset(name_or_path, config,
+    split=split)`. Returns a DatasetDict when `split` is None.
     """
     _check_languages(source_lang, target_lang)
+    languages = {"source_lang": source_lang, "target_lang": target_lang, "cache_dir": cache_dir}
     path = Path(name_or_path)
+    local = None
+    if path.is_dir() and not _is_saved_to_disk(path):
+        local = _local_data_files(path, config)
+    if local is not None:
+        if split is None:
+            return DatasetDict({name: load_table_pairs(files, **languages) for name, files in local.items()})
+        if split not in local:
+            raise ValueError(f"{path} has no split {split!r}; expected one of {sorted(local)}")
+        return load_table_pairs(local[split], **languages)
     if _is_saved_to_disk(path):
         dataset = _from_disk(path, split)
     else:
-        dataset = load_dataset(str(name_or_path), config, split=split, cache_dir=cache_dir)
+        try:
+            dataset = load_dataset(str(name_or_path), config, split=split, cache_dir=cache_dir)
+        except DatasetGenerationError as error:
+            cause = error.__cause__ or error
+            raise ValueError(
+                f"{name_or_path}: `datasets` could not read it ({type(cause).__name__}: {_first_line(cause)}); "
+                "expected a dataset of translation pairs"
+            ) from None
     if isinstance(dataset, DatasetDict):
         return DatasetDict(
             {

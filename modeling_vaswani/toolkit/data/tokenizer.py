@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
-from ..outputs import TOKENIZER_OUTPUT, check_output_folder, staged_folder
+from ..outputs import TRAINED_TOKENIZER, check_output_folder, staged_folder
 from .corpora import iter_text_lines
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -84,7 +84,7 @@ def train_tokenizer(
     """
     paths = _check_files(files)
     if output_dir is not None:
-        check_output_folder(output_dir, TOKENIZER_OUTPUT, "vaswani-train-tokenizer")
+        check_output_folder(output_dir, TRAINED_TOKENIZER)
     lines = (text for path in paths for _, text in iter_text_lines(path))  # bad bytes raise with file and line
     where = [str(path) for path in paths]
     return train_tokenizer_from_texts(lines, vocab_size, output_dir, min_frequency, show_progress, where=where)
@@ -126,6 +126,6 @@ def train_tokenizer_from_texts(
         split_special_tokens=True,
     )
     if output_dir is not None:
-        with staged_folder(output_dir) as staged:
+        with staged_folder(output_dir, TRAINED_TOKENIZER) as staged:
             tokenizer.save_pretrained(str(staged))
     return tokenizer

@@ -14,7 +14,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from ..outputs import save_figure
+from ..outputs import ATTENTION_MAPS, save_figure, staged_folder
 
 DPI = 120
 CONTINUATION = "##"  # marks a token that continues the word of the token before it, as in BERT's WordPiece
@@ -190,7 +190,8 @@ def plot_attention(
     (`token_labels`).
 
     Layers and heads count from 0; by default the last layer and every head. Every choice is checked before any
-    file is written. Returns the files written.
+    file is written. `output_dir` is replaced as one set (`outputs.staged_folder`): a kill or a full disk midway
+    leaves the earlier figures, never a mix. Returns the files written.
     """
     unknown = set(kinds) - set(ATTENTION_KINDS)
     if unknown:
@@ -208,6 +209,7 @@ def plot_attention(
             for head in chosen:
                 _check_index("head", head, maps[layer].shape[1], f"layer {layer} of the {title}")
             figures[f"{kind}_layer{layer}.png"] = (maps[layer][0], chosen, *labels[kind], f"{title}, layer {layer}")
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    return [_save(attention_figure(*arguments), output_dir / name) for name, arguments in figures.items()]
+    with staged_folder(output_dir, ATTENTION_MAPS) as staged:
+        for name, arguments in figures.items():
+            attention_figure(*arguments).savefig(staged / name, dpi=DPI, format="png")
+    return [Path(output_dir) / name for name in figures]

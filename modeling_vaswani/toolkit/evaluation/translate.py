@@ -16,7 +16,13 @@ logger = logging.getLogger(__name__)
 
 
 class InputError(ValueError):
-    """Sentences that cannot be translated as they are: the message names the first such sentence and why."""
+    """Sentences that cannot be translated as they are: the message names the first such sentence and why, and
+    `sentence` is its number (from 1) where one sentence is at fault, so that a caller can still answer those before
+    it (vaswani-translate's stream)."""
+
+    def __init__(self, message: str, sentence: int | None = None):
+        super().__init__(message)
+        self.sentence = sentence
 
 
 def write_lines(lines: Sequence[str], target: TextIO) -> None:
@@ -56,10 +62,10 @@ def check_sentences(
         raise InputError(f"{argument} is a str; expected a list of sentences (a single sentence in a list)")
     for number, sentence in enumerate(sentences, start=1):
         if not isinstance(sentence, str):
-            raise InputError(f"{what} {number} is a {type(sentence).__name__}; expected a str")
+            raise InputError(f"{what} {number} is a {type(sentence).__name__}; expected a str", number)
         if not sentence.strip():
             expected = "text to translate" if side == "source" else "a translation to score"
-            raise InputError(f"{what} {number} is empty; expected {expected}")
+            raise InputError(f"{what} {number} is empty; expected {expected}", number)
     texts = {"text" if side == "source" else "text_target": list(sentences)}
     lengths = [len(ids) for ids in tokenizer(**texts, add_special_tokens=True)["input_ids"]]
     if max_input_tokens is not None:
@@ -68,7 +74,8 @@ def check_sentences(
             raise InputError(
                 f"{what} {over[0]} is {lengths[over[0] - 1]} tokens long, more than the limit of "
                 f"{max_input_tokens} (max_input_tokens; {len(over)} sentence(s) over it: {over[:10]}); "
-                "expected shorter sentences"
+                "expected shorter sentences",
+                over[0],
             )
     return lengths
 
@@ -93,7 +100,8 @@ def length_batches(
         index = max(range(len(lengths)), key=lengths.__getitem__)
         raise InputError(
             f"sentence {index + 1} is {lengths[index]} tokens long, more than --max_tokens {max_tokens} (the padded "
-            f"source tokens a batch may hold); expected --max_tokens of at least {lengths[index]}"
+            f"source tokens a batch may hold); expected --max_tokens of at least {lengths[index]}",
+            index + 1,
         )
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches, start = [], 0

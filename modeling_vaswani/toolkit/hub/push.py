@@ -10,9 +10,18 @@ without its evaluation section (`with_results=False`, `--no_results`).
 The push uploads a staging copy of the folder's top-level files (subfolders such as checkpoint-N stay local) with the
 card as README.md, the model's code and pipeline from this package, and config.json naming them (`auto_map`,
 `custom_pipelines`), so that the repository loads with `trust_remote_code=True` where the package is not installed.
+
+A push replaces the model: it is one commit that adds the folder's files and deletes the repository's files of a
+kind the model is made of (weights in any layout or format, the tokenizer's files, results.json) that the new model
+does not have. An earlier push of another layout (one model.safetensors against shards and their index, another
+number of shards, a pytorch_model.bin) can then never be loaded in place of, or beside, the new one. Files of other
+kinds (a user's notes, images for the card) stay. The commit names its parent, the state the deletions were computed
+on: a push that raced another one is refused by the Hub rather than deleting from a state it did not see.
 """
 
+import fnmatch
 import json
+import logging
 import os
 import re
 import shutil
@@ -21,12 +30,14 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
-from huggingface_hub import HfApi, ModelCard
+from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard
 from huggingface_hub.utils import HFValidationError, validate_repo_id
 
 from ...configuration_vaswani import VaswaniConfig
 from ...remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
 from ..checkpoints import RESULTS, Checkpoint, CheckpointError, read_json, validate_checkpoint
+
+logger = logging.getLogger(__name__)
 
 TEMPLATE = Path(str(resources.files(__package__) / "model_card.md"))  # package data
 # What the paper reports of its two models beyond their shapes: parameters (Table 3), training time (Section 5.2),
@@ -53,6 +64,33 @@ OTHER_METRIC_FIELDS = {
 }
 # Written into the staging folder from this package, replacing whatever the checkpoint holds.
 REPLACED = {"README.md", "config.json"}
+# The kinds of file a model is made of, as transformers reads them from a repository's top level: the weights in every
+# layout and format from_pretrained looks for (one file, shards and their index, variants such as model.fp16.*),
+# what a tokenizer's save_pretrained writes, and the results the card reports. A push deletes those of the repository
+# that the pushed model does not have (`stale_files`).
+MODEL_FILE_PATTERNS = (
+    "*.safetensors",
+    "*.safetensors.index.json",
+    "pytorch_model*.bin",
+    "pytorch_model*.bin.index.json",
+    "tf_model*.h5",
+    "tf_model*.h5.index.json",
+    "flax_model*.msgpack",
+    "flax_model*.msgpack.index.json",
+    "model.ckpt*",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "*.spm",
+    "*.model",
+    "chat_template.*",
+    "generation_config.json",
+    RESULTS,
+)
 FIELD = re.compile(r"\{\{\s*(\w+)\s*\}\}")
 # A block kept only when its condition holds: "{{#results}}" ... "{{/results}}", each marker on a line of its own;
 # blocks may hold other blocks.
@@ -276,6 +314,19 @@ def stage(checkpoint: Checkpoint, card: str, staging: Path) -> None:
     (staging / "README.md").write_text(card, encoding="utf-8")
 
 
+def stale_files(remote: list[str], pushed: set[str]) -> list[str]:
+    """The files of `remote` (a repository's paths) that a push of `pushed` (top-level names) deletes: those at the
+    top level of a kind a model is made of (MODEL_FILE_PATTERNS) that the pushed model does not have. Subfolders are
+    not the model's files: from_pretrained reads the top level."""
+    return sorted(
+        path
+        for path in remote
+        if "/" not in path
+        and path not in pushed
+        and any(fnmatch.fnmatchcase(path, pattern) for pattern in MODEL_FILE_PATTERNS)
+    )
+
+
 def link_or_copy(source: Path, target: Path) -> None:
     # Weights can be gigabytes: a hard link stages them for free where the file system allows it.
     try:
@@ -299,7 +350,9 @@ def push_checkpoint(
     then) on `revision`, a branch created from main if it does not exist. Returns the repository's URL.
 
     Everything that can be wrong with the folder is found before the first request to the Hub. Files that did not
-    change since the last push are not uploaded again (the client compares hashes with the Hub's).
+    change since the last push are not uploaded again (the client compares hashes with the Hub's). The push is one
+    commit, which also deletes the repository's model files that this model does not have (`stale_files`): the
+    repository then holds this model's weights alone, in this folder's layout.
     """
     try:
         validate_repo_id(repo_id)
@@ -314,10 +367,20 @@ def push_checkpoint(
         url = api.create_repo(repo_id, private=private or None, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
-        api.upload_folder(
-            repo_id=repo_id,
-            folder_path=staging,
-            revision=revision,
+        # The deletions are computed on one commit, which the new commit names as its parent.
+        head = api.model_info(repo_id, revision=revision).sha
+        added = [CommitOperationAdd(path.name, path) for path in sorted(Path(staging).iterdir())]
+        pushed = {operation.path_in_repo for operation in added}
+        stale = stale_files(api.list_repo_files(repo_id, revision=head), pushed)
+        if stale:
+            logger.warning(
+                "%s: deleting the earlier model's files that this one does not have: %s", repo_id, ", ".join(stale)
+            )
+        api.create_commit(
+            repo_id,
+            [*added, *(CommitOperationDelete(path) for path in stale)],
             commit_message=commit_message or f"Upload {checkpoint.folder.name} with push_to_hub.py",
+            revision=revision,
+            parent_commit=head,
         )
     return str(url)

@@ -33,7 +33,7 @@ import torch
 
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
 from ..checkpoints import load_model_and_tokenizer
-from ..outputs import TOKENIZER_OUTPUT, check_output_folder, check_writable, staged_folder
+from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, older_output, staged_folder
 
 # isort: off
 # serving.ctranslate2 first: its ImportError says how to install CTranslate2
@@ -52,6 +52,12 @@ EXPORT_OUTPUT = (
     "shared_vocabulary.txt",
     "generation_config.json",
     EXPORT_FILE,
+)
+# Known by its marker; an export of a version before markers by EXPORT_FILE, which only this package writes.
+EXPORTED = Output(
+    "vaswani-export-ctranslate2",
+    "output folder",
+    older_output(lambda folder: (folder / EXPORT_FILE).is_file(), EXPORT_OUTPUT),
 )
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "float16", "bfloat16")
@@ -209,7 +215,7 @@ def export_ctranslate2(
     output_dir = Path(output_dir)
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization {quantization!r} is unknown; expected one of {', '.join(QUANTIZATIONS)}")
-    check_output_folder(output_dir, EXPORT_OUTPUT, "vaswani-export-ctranslate2")
+    check_output_folder(output_dir, EXPORTED)
     model, tokenizer = load_model_and_tokenizer(name_or_path, revision=revision)
     bytes_per_weight = 4 if quantization == "float32" else 2 if quantization in ("float16", "bfloat16") else 1
     check_writable(output_dir, need_bytes=bytes_per_weight * sum(p.numel() for p in model.parameters()))
@@ -222,7 +228,7 @@ def export_ctranslate2(
         )
     vocabulary = tokenizer.convert_ids_to_tokens(list(range(model.config.vocab_size)))
     unk_token = tokenizer.unk_token or "<unk>"
-    with staged_folder(output_dir) as staged:
+    with staged_folder(output_dir, EXPORTED) as staged:
         write_export(model, vocabulary, staged, quantization, unk_token, exported_from=str(name_or_path))
         tokenizer.save_pretrained(staged)
     return output_dir

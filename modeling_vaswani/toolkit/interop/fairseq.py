@@ -43,7 +43,7 @@ from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
-from ..outputs import MODEL_OUTPUT, check_output_folder, save_pretrained
+from ..outputs import CONVERTED, check_output_folder, save_pretrained
 from .marian import ConversionError
 from .pickles import load_weights_only
 
@@ -466,9 +466,9 @@ def convert_fairseq_checkpoint(
 ) -> VaswaniForConditionalGeneration:
     """Loads, converts and saves (model and tokenizer) into `output_dir` (new, empty or an earlier converted model,
     replaced whole). Returns the model."""
-    check_output_folder(output_dir, MODEL_OUTPUT, "vaswani-convert")
+    check_output_folder(output_dir, CONVERTED)
     model, tokenizer = convert_fairseq(
         load_checkpoint(checkpoint_path), read_dictionary(dictionary_path), read_codes(codes_path)
     )
-    save_pretrained(output_dir, model, tokenizer)
+    save_pretrained(output_dir, CONVERTED, model, tokenizer)
     return model

@@ -30,7 +30,7 @@ from transformers.utils.hub import cached_file, get_checkpoint_shard_files
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
 from ..checkpoints import open_weights, read_json
-from ..outputs import MODEL_OUTPUT, check_output_folder, save_pretrained
+from ..outputs import CONVERTED, check_output_folder, save_pretrained
 from .pickles import load_weights_only
 
 MARIAN_LAYER_NORM_EPS = 1e-5  # MarianMT's nn.LayerNorm(d_model) keeps torch's default epsilon
@@ -346,10 +346,10 @@ def convert_marian_checkpoint(
 ) -> VaswaniForConditionalGeneration:
     """`load_marian`, `convert_marian`, then the model and the tokenizer saved into `output_dir` (new, empty or an
     earlier converted model, replaced whole). Returns the converted model."""
-    check_output_folder(output_dir, MODEL_OUTPUT, "vaswani-convert")
+    check_output_folder(output_dir, CONVERTED)
     model, tokenizer = load_marian(name_or_path, revision)
     converted = convert_marian(model, tokenizer)
-    save_pretrained(output_dir, converted, tokenizer)
+    save_pretrained(output_dir, CONVERTED, converted, tokenizer)
     return converted
 
 

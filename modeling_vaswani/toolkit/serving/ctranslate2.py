@@ -10,7 +10,6 @@ itself (see there for what still differs from generate(paper_decoding=True)).
 CTranslate2 is an optional extra: importing this module without it raises an ImportError that says how to install it.
 """
 
-import json
 import math
 from pathlib import Path
 
@@ -22,11 +21,11 @@ except ImportError as error:
         "pip install modeling_vaswani[ctranslate2]"
     ) from error
 import torch
-from transformers import GenerationConfig
 
 from ...generation_vaswani import OUTPUT_MARGIN, TRANSFORMERS_MAX_LENGTH, check_target_prefix, gnmt_length_penalty
+from ..checkpoints import EXPORT_FILE as EXPORT_FILE  # the export's own file, named here for the export too
+from ..checkpoints import CheckpointError, Export, validate_export
 
-EXPORT_FILE = "vaswani_ctranslate2.json"  # what the translating side needs beyond CTranslate2's own config.json
 # Section 6.1 decodes up to source length + 50 tokens: the sinusoid table reaches that far past the longest source
 # the commands accept (max_position_embeddings tokens), so that no such sentence runs out of positions.
 DECODING_MARGIN = OUTPUT_MARGIN
@@ -65,21 +64,24 @@ class CTranslate2Config:
 class CTranslate2Model:
     """An exported folder behind the part of a model's interface that `evaluation.translate.translate` uses:
     `generate` on a padded batch of token ids, with Section 6.1's decoding as far as CTranslate2 expresses it (see
-    `generate`)."""
+    `generate`). The folder's files are checked first (`checkpoints.validate_export`, unless an `export` it gave is
+    passed), so that a damaged one is named by its file before CTranslate2 reads it. It runs on token ids: the
+    tokenizer beside it is the caller's (`serving.engines.load_exported` checks and loads both)."""
 
     device = torch.device("cpu")
 
-    def __init__(self, folder: str | Path, **translator_options):
+    def __init__(self, folder: str | Path, export: Export | None = None, **translator_options):
         folder = Path(folder)
-        if not (folder / EXPORT_FILE).is_file():
-            raise ValueError(
-                f"{folder} holds a CTranslate2 model but no {EXPORT_FILE}; expected a folder written by "
-                "vaswani-export-ctranslate2"
-            )
-        settings = json.loads((folder / EXPORT_FILE).read_text(encoding="utf-8"))
-        generation = GenerationConfig.from_pretrained(folder)
-        self.translator = ctranslate2.Translator(str(folder), device="cpu", **translator_options)
-        self.vocabulary = json.loads((folder / "shared_vocabulary.json").read_text(encoding="utf-8"))
+        self.export = export or validate_export(folder, with_tokenizer=False)
+        settings, generation = self.export.settings, self.export.generation_config
+        try:
+            self.translator = ctranslate2.Translator(str(folder), device="cpu", **translator_options)
+        except RuntimeError as error:  # what the checks above cannot see: CTranslate2 names no file
+            raise CheckpointError(
+                f"{folder / 'model.bin'}: CTranslate2 {ctranslate2.__version__} cannot load it ({error}); expected "
+                "a model.bin written by vaswani-export-ctranslate2 (export the checkpoint again?)"
+            ) from error
+        self.vocabulary = self.export.vocabulary
         self.ids = {name: index for index, name in enumerate(self.vocabulary)}
         self.config = CTranslate2Config(settings["max_position_embeddings"])
         self.position_rows = settings["position_rows"]

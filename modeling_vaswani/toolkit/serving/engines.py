@@ -3,9 +3,8 @@
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer
 
-from ..checkpoints import check_tokenizer_files, is_ctranslate2_folder, load_model_and_tokenizer, local_folder
+from ..checkpoints import is_ctranslate2_folder, load_model_and_tokenizer, local_folder, validate_export
 
 ENGINES = ("pytorch", "ctranslate2")
 
@@ -27,7 +26,8 @@ def load_translator(
 
 
 def load_exported(name: str, folder: Path | None):
-    """An exported folder run by CTranslate2, with the tokenizer copied beside it."""
+    """An exported folder run by CTranslate2, with the tokenizer copied beside it; every file of the folder checked
+    (`checkpoints.validate_export`) before CTranslate2 is imported or reads any of them."""
     if folder is None:
         raise ValueError(
             f"--engine ctranslate2 runs a local folder written by vaswani-export-ctranslate2; {name} is a Hub id"
@@ -37,10 +37,10 @@ def load_exported(name: str, folder: Path | None):
             f"model folder {folder} holds no CTranslate2 model (model.bin and config.json); expected a folder "
             "written by vaswani-export-ctranslate2"
         )
-    check_tokenizer_files(folder)
+    export = validate_export(folder)
     from .ctranslate2 import CTranslate2Model  # needs the optional ctranslate2 package
 
-    return CTranslate2Model(folder), AutoTokenizer.from_pretrained(str(folder))
+    return CTranslate2Model(folder, export), export.tokenizer
 
 
 def load_ensemble(names: list[str], revision: str | None = None, trust_remote_code: bool = False, engine=None):

@@ -201,9 +201,9 @@ def check_settings(model_args, training_args) -> None:
         raise ValueError("--no_paper_decoding: Table 3's BLEU is with the paper's beam search; expected it on")
 
 
-def parse_arguments(argv=None):
+def parse_arguments(argv=None, adapt=None):
     """(AblationArguments, ModelArguments, DataArguments, VaswaniTrainingArguments), as vaswani-train's parse_arguments
-    takes them, with ABLATION_DEFAULTS over the preset's training settings (the user's flags win)."""
+    takes them (`adapt` too), with ABLATION_DEFAULTS over the preset's training settings (the user's flags win)."""
     # Checked on the parsed flags before the dataclasses are built: VaswaniTrainingArguments would refuse averaging
     # first, for want of checkpoints, and send the user to --save_steps.
     return parse_recipe_arguments(
@@ -212,6 +212,7 @@ def parse_arguments(argv=None):
         defaults=ABLATION_DEFAULTS,
         output_dir="runs/ablation-{preset}",
         check=lambda flags: check_settings(flags, flags),
+        adapt=adapt,
     )
 
 

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..checkpoints import check_same_tokenizer, is_vaswani_folder, open_weights, validate_checkpoint, weight_map
-from ..outputs import MODEL_OUTPUT, OutputError, check_output_folder, recover, staged_folder
+from ..outputs import AVERAGED, OutputError, check_output_folder, recover, restore_set_aside, staged_folder
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,9 @@ SKIPPED_FILES = (
 )
 
 
-def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str | Path) -> Path:
+def average_checkpoints(
+    checkpoint_dirs: Sequence[str | Path], output_dir: str | Path, *, vaswani_only: bool = False
+) -> Path:
     """Writes to `output_dir` a model folder whose weights are the element-wise mean of those of `checkpoint_dirs`.
 
     Floating-point tensors are averaged in float64 and cast back to their dtype; other tensors (e.g. integer
@@ -50,10 +52,17 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str |
     The checkpoints must hold the same tensors and the same tokenizer (rows of different vocabularies do not stand
     for the same tokens). `output_dir` must be new, empty or an earlier model folder (`outputs.check_output_folder`);
     it is written aside and replaced whole when complete (`outputs.staged_folder`).
+
+    `vaswani_only` (vaswani-average's): every checkpoint must pass the checkpoint opener (`validate_checkpoint`: a
+    Vaswani config.json, another model_type named; weights and tokenizer that fit it); otherwise checkpoints of any
+    model are averaged, the last one checked so where it is a Vaswani checkpoint.
     """
     checkpoints = [Path(path) for path in checkpoint_dirs]
     output_dir = Path(output_dir)
     _check_checkpoints(checkpoints)
+    if vaswani_only:
+        for checkpoint in checkpoints:
+            validate_checkpoint(checkpoint)
     if any(output_dir.resolve() == checkpoint.resolve() for checkpoint in checkpoints):
         # Replacing a checkpoint with the average would destroy the training state it holds.
         raise OutputError(f"output folder {output_dir} is one of the checkpoints being averaged")
@@ -64,8 +73,8 @@ def average_checkpoints(checkpoint_dirs: Sequence[str | Path], output_dir: str |
     if is_vaswani_folder(checkpoints[-1]):  # its config.json, tokenizer and tensors agree, as the average's will
         validate_checkpoint(checkpoints[-1])
     need = sum(path.stat().st_size for path in set(weight_maps[-1].values()))
-    check_output_folder(output_dir, MODEL_OUTPUT, "vaswani-average", need_bytes=need)
-    with staged_folder(output_dir) as staged:
+    check_output_folder(output_dir, AVERAGED, need_bytes=need)
+    with staged_folder(output_dir, AVERAGED) as staged:
         _write_averaged_weights(checkpoints, weight_maps, staged)
         _copy_model_files(checkpoints[-1], staged)
     return output_dir
@@ -76,6 +85,7 @@ def _check_checkpoints(checkpoints: list[Path]) -> None:
         raise ValueError("no checkpoints to average")
     seen = set()
     for checkpoint in checkpoints:
+        restore_set_aside(checkpoint)  # one a killed run set aside
         if not checkpoint.is_dir():
             raise FileNotFoundError(f"checkpoint {checkpoint} is not a folder; expected a checkpoint-<step> folder")
         if checkpoint.resolve() in seen:

@@ -21,7 +21,14 @@ from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArg
 from transformers.trainer_utils import TrainOutput
 
 from ...modeling_vaswani import VaswaniForConditionalGeneration
-from ..checkpoints import check_torch_file, find_checkpoints, load_config, validate_checkpoint
+from ..checkpoints import (
+    check_hub_config,
+    check_torch_file,
+    find_checkpoints,
+    load_config,
+    local_folder,
+    validate_checkpoint,
+)
 from ..data import tokenizer as tokenizer_module
 from ..data.batching import check_examples_fit
 from ..data.corpora import (
@@ -41,7 +48,15 @@ from ..data.tokenizer import train_tokenizer_from_texts
 from ..evaluation.metrics import bleu, chrf, translation_scores
 from ..evaluation.plotting import plot_training_curves
 from ..evaluation.translate import translate, write_lines
-from ..outputs import MODEL_OUTPUT, atomic_text, check_output_folder, move_files_into, save_into, write_text
+from ..outputs import (
+    MODEL_OUTPUT,
+    atomic_text,
+    check_working_folder,
+    move_files_into,
+    save_into,
+    write_failure,
+    write_text,
+)
 from .averaging import average_checkpoints
 from .budget import plan_run
 from .presets import PRESETS, preset_config, preset_overrides
@@ -59,6 +74,7 @@ TRAIN_OUTPUT = (
     "training_curves.png",
     "checkpoint-*/",
     "averaged/",
+    "best/",  # --early_stopping_patience: the best checkpoint, kept beside the average
     "tokenizer/",
     "runs/",
 )
@@ -122,24 +138,35 @@ class DataArguments:
 
 
 def parse_arguments(
-    argv=None, leading: tuple = (), defaults: dict | None = None, output_dir: str = "runs/{preset}", check=None
+    argv=None,
+    leading: tuple = (),
+    defaults: dict | None = None,
+    output_dir: str = "runs/{preset}",
+    check=None,
+    adapt: Callable | None = None,
 ) -> tuple:
     """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win).
 
     vaswani-train's (ModelArguments, DataArguments, VaswaniTrainingArguments); another job on the same recipe (vaswani-
     ablate) puts its own dataclasses first (`leading`), adds its `defaults` over the preset's, names its default
     `output_dir` (a pattern of {preset}), and may `check` the parsed flags (a namespace) before the dataclasses are
-    built, whose own checks would otherwise speak first.
+    built, whose own checks would otherwise speak first. `adapt` is called on each argparse parser built here before
+    it parses (the commands give every float flag a finite type: `cli.arguments.finite_floats`). A flag no parser
+    knows is a usage error (argparse's, exit 2), as for every other command.
     """
     parser = HfArgumentParser((*leading, ModelArguments, DataArguments, VaswaniTrainingArguments))
     preset_parser = HfArgumentParser(ModelArguments, add_help=False)  # --help is for the full parser below
+    for each in (preset_parser, parser) if adapt is not None else ():
+        adapt(each)
     model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if model_args.preset not in PRESETS:
         raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")
     output_dir = output_dir.format(preset=model_args.preset)
     parser.set_defaults(**{"output_dir": output_dir, **PRESETS[model_args.preset]["training"], **(defaults or {})})
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:  # HfArgumentParser would raise a ValueError of its own about them, a traceback
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if check is not None:
-        namespace, _ = parser.parse_known_args(argv)
         check(namespace)
     return parser.parse_args_into_dataclasses(args=argv)
 
@@ -235,7 +262,14 @@ def _cached_tokenizer_dir(train_split, vocab_size: int, source_lang: str, target
 def _save_whole(tokenizer, folder: Path) -> None:
     # Saved aside, then renamed: a run killed while saving leaves no half-written tokenizer to be reused.
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
-    tokenizer.save_pretrained(staging)
+    try:
+        tokenizer.save_pretrained(staging)
+    except BaseException as error:  # a full disk: tokenizers says so without naming the file
+        named = write_failure(error, folder, staging)
+        shutil.rmtree(staging, ignore_errors=True)
+        if named is not None:
+            raise named from error
+        raise
     try:
         staging.rename(folder)
     except OSError:  # another process (a DDP rank) saved the same tokenizer first
@@ -260,14 +294,14 @@ SHAPE_FIELDS = ("d_model", "encoder_layers", "decoder_layers", "num_heads", "d_f
 def check_output_and_resume(model_args: ModelArguments, training_args: VaswaniTrainingArguments) -> None:
     """Refuse, before any data is loaded, a run that would mix with an earlier one or could not resume.
 
-    An output_dir holding anything vaswani-train does not write is refused by name (`outputs.check_output_folder`).
+    An output_dir holding anything vaswani-train does not write is refused by name (`outputs.check_working_folder`).
     An output_dir holding checkpoint-N folders is refused unless the run resumes or `--overwrite_output_dir` is given
     (which deletes them): averaging takes the highest-numbered checkpoints there, whichever run wrote them. A resume
     target must be a checkpoint folder of a model with the shapes this run builds.
     """
     output_dir = Path(training_args.output_dir)
     resume = training_args.resume_from_checkpoint
-    check_output_folder(output_dir, TRAIN_OUTPUT, "vaswani-train")  # a user's own files are never written over
+    check_working_folder(output_dir, TRAIN_OUTPUT, "vaswani-train")  # a user's own files are never written over
     earlier = find_checkpoints(output_dir) if output_dir.is_dir() else []
     if earlier and resume is None:
         if not training_args.overwrite_output_dir:
@@ -280,7 +314,13 @@ def check_output_and_resume(model_args: ModelArguments, training_args: VaswaniTr
         if training_args.should_save:
             for checkpoint in earlier:
                 shutil.rmtree(checkpoint)
-            shutil.rmtree(output_dir / "averaged", ignore_errors=True)
+            for decided in ("averaged", "best"):  # what the earlier run made of them: no run of this one's name
+                shutil.rmtree(output_dir / decided, ignore_errors=True)
+    start = model_args.model_name_or_path and local_folder(model_args.model_name_or_path)
+    if start:  # the one checkpoint opener, before any data
+        validate_checkpoint(start)
+    elif model_args.model_name_or_path:  # a Hub id: its config.json's model_type
+        check_hub_config(model_args.model_name_or_path)
     if resume is not None:
         _check_resume_target(Path(resume), model_args)
 
@@ -342,12 +382,7 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
         training_args.eval_strategy = IntervalStrategy.NO
 
     if model_args.model_name_or_path:
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)
-        if not isinstance(model, VaswaniForConditionalGeneration):
-            raise ValueError(
-                f"--model_name_or_path {model_args.model_name_or_path} holds a {type(model).__name__}; expected a "
-                "checkpoint of this package's model (vaswani-convert turns a MarianMT or fairseq one into it)"
-            )
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)  # its type checked earlier
     else:
         config = preset_config(model_args.preset, tokenizer, **preset_overrides(model_args.dropout))
         model = VaswaniForConditionalGeneration(config)

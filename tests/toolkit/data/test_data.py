@@ -194,10 +194,10 @@ def test_jsonl_null_text_is_named_by_its_line_apart_from_a_missing_one(tmp_path,
 
 def test_csv_row_with_empty_text_and_csv_without_language_column(tmp_path, cache_dir):
     path = write_lines(tmp_path / "empty.csv", ["en,de", "a,b", "c,"])
-    with pytest.raises(ValueError, match=r"empty\.csv \(rows counted after the header\), row 2: 'de' text is empty"):
+    with pytest.raises(ValueError, match=r"empty\.csv, line 3: 'de' text is empty"):
         load_table_pairs(path, "en", "de", cache_dir=cache_dir)
     path = write_lines(tmp_path / "french.csv", ["en,fr", "a,b"])
-    with pytest.raises(ValueError, match=r"french\.csv .*has columns \['en', 'fr'\]"):
+    with pytest.raises(ValueError, match=r"french\.csv, line 1: the header names the columns \['en', 'fr'\]"):
         load_table_pairs(path, "en", "de", cache_dir=cache_dir)
 
 

@@ -761,7 +761,7 @@ def test_the_command_refuses_an_occupied_output_folder_and_a_wrong_number_of_pat
     (tmp_path / "out" / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit):
         convert.main(["fairseq", str(release), str(tmp_path / "out")])
-    assert "holds notes.txt, which vaswani-convert does not write" in capsys.readouterr().err
+    assert "holds notes.txt, which vaswani-convert did not write" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         convert.main(["fairseq", str(release / "model.pt"), str(release / "dict.en.txt"), str(tmp_path / "other")])
     assert "got 3 paths; expected FOLDER OUTPUT_DIR or CHECKPOINT DICT BPECODES OUTPUT_DIR" in capsys.readouterr().err

@@ -380,7 +380,7 @@ def test_the_command_refuses_an_occupied_output_folder_and_a_missing_kind(marian
     (tmp_path / "out" / "notes.txt").write_text("mine")
     with pytest.raises(SystemExit):
         convert.main(["marian", str(marian_folder), str(tmp_path / "out")])
-    assert "holds notes.txt, which vaswani-convert does not write" in capsys.readouterr().err
+    assert "holds notes.txt, which vaswani-convert did not write" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         convert.main([str(marian_folder), str(tmp_path / "other")])
     assert "invalid choice" in capsys.readouterr().err

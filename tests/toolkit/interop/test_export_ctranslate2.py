@@ -282,7 +282,7 @@ def test_the_export_refuses_a_folder_holding_other_files(checkpoint, tmp_path, c
     (tmp_path / "taken").mkdir()
     (tmp_path / "taken" / "notes.txt").write_text("mine")
     code, _, err = run_command(export_ctranslate2, [checkpoint, tmp_path / "taken"], capsys)
-    assert code == 2 and "holds notes.txt, which vaswani-export-ctranslate2 does not write" in err
+    assert code == 2 and "holds notes.txt, which vaswani-export-ctranslate2 did not write" in err
     code, _, err = run_command(export_ctranslate2, [checkpoint, tmp_path / "out", "--quantization", "int4"], capsys)
     assert code == 2 and "quantization 'int4' is unknown" in err
 

@@ -1,16 +1,18 @@
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch
-from helpers.training_setup import REPO
+from helpers.training_setup import REPO, tiny_checkpoint
 from helpers.training_setup import command as run_command
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from modeling_vaswani.toolkit.checkpoints import CheckpointError, find_checkpoints
 from modeling_vaswani.toolkit.cli import average as average_command
+from modeling_vaswani.toolkit.outputs import AVERAGED, MARKER, staged_folder
 from modeling_vaswani.toolkit.training import averaging
 from modeling_vaswani.toolkit.training.averaging import average_checkpoints
 
@@ -107,7 +109,7 @@ def test_layout_follows_last_checkpoint_when_layouts_differ(tmp_path):
 
 def test_model_files_of_last_checkpoint_copied_and_trainer_state_skipped(three_checkpoints, tmp_path):
     output = average_checkpoints(three_checkpoints, tmp_path / "out")
-    assert sorted(p.name for p in output.iterdir()) == sorted(MODEL_FILES + ["model.safetensors"])
+    assert sorted(p.name for p in output.iterdir()) == sorted(MODEL_FILES + ["model.safetensors", MARKER])
     assert (output / "config.json").read_text() == "config.json of checkpoint-3"
 
 
@@ -168,10 +170,14 @@ def leftovers(parent: Path) -> list[str]:
 
 
 def existing_output(parent: Path) -> Path:
-    output = parent / "out"
-    output.mkdir()
-    (output / "results.json").write_text("previous average")
-    return output
+    """An earlier output of vaswani-average (written, and so marked, by it)."""
+    with staged_folder(parent / "out", AVERAGED) as staged:
+        (staged / "results.json").write_text("previous average")
+    return parent / "out"
+
+
+def names(output: Path) -> list[str]:
+    return [p.name for p in output.iterdir() if p.name != MARKER]
 
 
 def test_failure_midway_leaves_existing_output_untouched(tmp_path):
@@ -180,7 +186,7 @@ def test_failure_midway_leaves_existing_output_untouched(tmp_path):
     output = existing_output(tmp_path)
     with pytest.raises(ValueError, match="decoder.weight"):
         average_checkpoints([first, second], output)
-    assert [p.name for p in output.iterdir()] == ["results.json"]
+    assert names(output) == ["results.json"]
     assert leftovers(tmp_path) == []
 
 
@@ -209,7 +215,7 @@ def test_failed_rename_restores_existing_output(three_checkpoints, tmp_path, mon
     monkeypatch.setattr(Path, "rename", fail_for_staging)
     with pytest.raises(OSError, match="rename failed"):
         average_checkpoints(three_checkpoints, output)
-    assert [p.name for p in output.iterdir()] == ["results.json"]
+    assert names(output) == ["results.json"]
     assert leftovers(tmp_path) == []
 
 
@@ -231,17 +237,55 @@ def script_main():
     return average_command.main
 
 
-def test_cli_with_training_output_dir(three_checkpoints, tmp_path):
-    result = run_script("--output_dir_of_training", tmp_path, "--last", 2, "--output", tmp_path / "last2")
+@pytest.fixture(scope="module")
+def vaswani_checkpoints(tmp_path_factory):
+    """Three checkpoints of one tiny Vaswani model (the command averages only those), their floating-point weights
+    those of the first times 1, 2 and 3; and the first's shared embedding matrix."""
+    root = tmp_path_factory.mktemp("run")
+    base = tiny_checkpoint(root / "base", lines=300)
+    weights = load_file(base / "model.safetensors")
+    folders = []
+    for step in (1, 2, 3):
+        folder = shutil.copytree(base, root / f"checkpoint-{step}")
+        scaled = {key: value * step if value.is_floating_point() else value for key, value in weights.items()}
+        save_file(scaled, folder / "model.safetensors", metadata={"format": "pt"})
+        folders.append(folder)
+    shutil.rmtree(base)
+    return folders, weights["model.shared.weight"]
+
+
+def averaged_embeddings(folder):
+    return load_file(folder / "model.safetensors")["model.shared.weight"]
+
+
+def test_cli_with_training_output_dir(vaswani_checkpoints, tmp_path):
+    (first, *_), shared = vaswani_checkpoints
+    result = run_script("--output_dir_of_training", first.parent, "--last", 2, "--output", tmp_path / "last2")
     assert result.returncode == 0, result.stderr
     assert "averaged 2 checkpoints" in result.stdout and "checkpoint-1" not in result.stdout
-    assert torch.equal(load_file(tmp_path / "last2" / "model.safetensors")["encoder.weight"], torch.full((2, 3), 2.5))
+    assert torch.allclose(averaged_embeddings(tmp_path / "last2"), shared * 2.5, rtol=1e-6, atol=0)
 
 
-def test_cli_with_explicit_folders(three_checkpoints, tmp_path, script_main, capsys):
-    script_main([*map(str, three_checkpoints[:2]), "--output", str(tmp_path / "first2")])
+def test_cli_with_explicit_folders(vaswani_checkpoints, tmp_path, script_main, capsys):
+    folders, shared = vaswani_checkpoints
+    script_main([*map(str, folders[:2]), "--output", str(tmp_path / "first2")])
     assert "averaged 2 checkpoints" in capsys.readouterr().out
-    assert torch.equal(load_file(tmp_path / "first2" / "model.safetensors")["encoder.weight"], torch.full((2, 3), 1.5))
+    assert torch.allclose(averaged_embeddings(tmp_path / "first2"), shared * 1.5, rtol=1e-6, atol=0)
+
+
+def test_cli_refuses_a_checkpoint_of_another_model_type_naming_it(vaswani_checkpoints, tmp_path, script_main, capsys):
+    """The command averages Vaswani checkpoints only: one whose config.json names another model_type (a typo here)
+    is refused by the checkpoint opener, before anything is written."""
+    folders, _ = vaswani_checkpoints
+    typo = shutil.copytree(folders[1], tmp_path / "typo")
+    config = json.loads((typo / "config.json").read_text())
+    (typo / "config.json").write_text(json.dumps({**config, "model_type": "vaswanii"}))
+    with pytest.raises(SystemExit) as exit_info:
+        script_main([str(folders[0]), str(typo), "--output", str(tmp_path / "out")])
+    error = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert f"{typo / 'config.json'} is not a Vaswani config: model_type is 'vaswanii', expected 'vaswani'" in error
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.parametrize(

@@ -78,3 +78,14 @@ def test_the_recipe_keeps_the_best_checkpoint_beside_the_average_and_scores_both
     assert (output / "best" / "tokenizer.json").is_file() and (output / "best" / "test.hyp.de").is_file()
     assert f"best checkpoint: {output / 'best'} (step 2, validation sacrebleu" in printed
     assert printed.strip().splitlines()[-1] == f"model: {output / 'averaged'}"
+
+    # The same command's early-stopped output is its own: refused for its checkpoints alone, and started afresh over
+    # with --overwrite_output_dir, which deletes what the earlier run decided (its checkpoints, average and best).
+    from modeling_vaswani.toolkit.training.recipe import ModelArguments, check_output_and_resume
+
+    again = {"output_dir": str(output), "report_to": [], "use_cpu": True}
+    with pytest.raises(ValueError, match=r"holds checkpoints of an earlier run \(checkpoint-2, checkpoint-3"):
+        check_output_and_resume(ModelArguments(), VaswaniTrainingArguments(**again))
+    check_output_and_resume(ModelArguments(), VaswaniTrainingArguments(**again, overwrite_output_dir=True))
+    assert not list(output.glob("checkpoint-*")) and not (output / "best").exists()
+    assert not (output / "averaged").exists()
