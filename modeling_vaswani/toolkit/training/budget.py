@@ -22,9 +22,27 @@ logger = logging.getLogger(__name__)
 # test2016; a step budget of 2,684 steps 38.09. Under USABLE_STEPS the job's scores fall steeply (issue 41: 413
 # steps, 11.49), so a plan below it is announced as such.
 REFERENCE_STEPS, REFERENCE_BLEU = 2501, 37.81
+# Planned runs of the main job and their test2016 sacreBLEU, by steps (docs/results.md, 2026-11-26).
+PLANNED_RUNS = ((1760, 37.70), (1776, 37.16), (2272, 38.44))
 USABLE_STEPS = 1200
 PROBE_STEPS, PROBE_WARMUP = 12, 3  # training steps timed after warm-up steps, on a copy of the model
 MARGIN = 0.92  # of the budget planned: a plan that filled it exactly would be cut by the first slower minute
+EVALUATION_SHARE = 0.1  # of the budget the evaluations during training may take: fewer than five where they need more
+
+
+def expected(steps: int) -> str:
+    """What a planned run of `steps` steps is expected to score, from the planned runs measured (PLANNED_RUNS)."""
+    measured = ", ".join(f"{runs:,} steps {bleu}" for runs, bleu in PLANNED_RUNS)
+    below = [bleu for runs, bleu in PLANNED_RUNS if runs <= steps]
+    above = [bleu for runs, bleu in PLANNED_RUNS if runs >= steps]
+    if not below:
+        guess = f"below {above[0]}"
+    elif not above:
+        guess = f"about {below[-1]} or more"
+    else:
+        low, high = sorted((below[-1], above[0]))
+        guess = f"between {low} and {high}" if low != high else f"about {low}"
+    return f"Expected: {guess} sacreBLEU on test2016 (the job's planned runs measured: {measured})"
 
 
 @dataclass
@@ -39,6 +57,7 @@ class Plan:
     save_steps: int
     eval_steps: int | None
     bound: bool = True  # whether the budget set the steps (else the run's max_steps fit in it)
+    threads: tuple[int, float] | None = None  # (threads, seconds a step) of the count measured and not chosen
 
     def describe(self, minutes: float, average: int) -> str:
         if not self.bound:
@@ -47,12 +66,18 @@ class Plan:
                 f"the {self.max_steps:,} steps asked for fit in it; the run as it was set"
             )
         evaluations = "no evaluation" if self.eval_steps is None else f"an evaluation every {self.eval_steps} steps"
+        if self.eval_steps is None and self.evaluation_seconds:
+            evaluations += f" (one would take {self.evaluation_seconds:.0f} s, more than a tenth of the budget)"
+        threads = torch.get_num_threads()
+        measured = f"{PROBE_STEPS} steps"
+        if self.threads is not None:
+            other, seconds = self.threads
+            measured += f" on each count; {other} thread{'s' * (other > 1)}: {1 / seconds:.2f} steps/s"
         return (
-            f"time budget {minutes:g} minutes: this machine trains {1 / self.seconds_per_step:.2f} steps/s "
-            f"(measured over {PROBE_STEPS} steps in {self.probe_seconds:.0f} s), so the plan is {self.max_steps:,} "
-            f"steps (the reference machine: {REFERENCE_STEPS:,} steps, {REFERENCE_BLEU} sacreBLEU on test2016), "
-            f"warmup {self.warmup_steps}, a checkpoint every {self.save_steps} steps and the last {average} "
-            f"averaged, {evaluations}"
+            f"time budget {minutes:g} minutes: this machine trains {1 / self.seconds_per_step:.2f} steps/s with "
+            f"{threads} thread{'s' * (threads > 1)} (measured over {measured}; {self.probe_seconds:.0f} s in all), "
+            f"so the plan is {self.max_steps:,} steps, warmup {self.warmup_steps}, a checkpoint every "
+            f"{self.save_steps} steps and the last {average} averaged, {evaluations}. {expected(self.max_steps)}"
         )
 
     def shortfall(self) -> str | None:
@@ -78,6 +103,8 @@ def fit_schedule(
     Equation 3 reaches its peak and decays; the averaged checkpoints within the last 30% of the run; five
     evaluations; and max_steps a multiple of save_steps, so that the last checkpoint is the end of the run."""
     evaluations = 0 if reference["eval_steps"] is None else 5
+    if evaluations and evaluation_seconds > 0:  # a slow machine trains rather than evaluates
+        evaluations = min(evaluations, int(EVALUATION_SHARE * budget_seconds / evaluation_seconds))
     steps = int(MARGIN * (budget_seconds - evaluations * evaluation_seconds) / seconds_per_step)
     if steps >= reference["max_steps"]:  # the budget does not bind: the run as it was set
         return reference["max_steps"], reference["warmup_steps"], reference["save_steps"], reference["eval_steps"]
@@ -100,23 +127,48 @@ def cycled(dataloader):
             raise ValueError("the training data holds no batch; expected training examples")
 
 
-def measure_machine(trainer, validation_batches: int) -> tuple[float, float, float]:
-    """(seconds a training step, seconds an evaluation, seconds the measuring took): PROBE_STEPS steps of a copy of
-    the model on the run's own batches (after PROBE_WARMUP untimed ones), and one validation batch translated as the
-    evaluation does, times `validation_batches`. The run's model, optimizer and data order are untouched."""
+def choose_threads(seconds_per_step) -> tuple[float, tuple[int, float] | None]:
+    """Trains on torch's threads (one a core) or on one, whichever `seconds_per_step()` finds faster, and returns
+    (seconds a step, (the other count, its seconds a step) or None where there is one thread).
+
+    On a machine another job keeps busy, OpenMP threads that spin at every barrier waiting for a thread without a
+    core turn a step several times slower: on 2 cores, the small preset's step took 0.52 s alone, 3.3 s beside a
+    second such job with 2 threads each, and 0.89 s with one thread each (2026-11-26, docs/results.md)."""
+    threads = torch.get_num_threads()
+    measured = seconds_per_step()
+    if threads == 1:
+        return measured, None
+    torch.set_num_threads(1)
+    alone = seconds_per_step()
+    if alone < measured:
+        return alone, (threads, measured)
+    torch.set_num_threads(threads)
+    return measured, (1, alone)
+
+
+def measure_machine(trainer, validation_batches: int) -> tuple[float, float, float, tuple[int, float] | None]:
+    """(seconds a training step, seconds an evaluation, seconds the measuring took, the thread count not chosen and
+    its seconds a step): PROBE_STEPS steps of a copy of the model on the run's own batches (after PROBE_WARMUP untimed
+    ones) on each thread count `choose_threads` tries, which leaves torch on the faster, and one validation batch
+    translated as the evaluation does, times `validation_batches`. The run's model, optimizer and data order are
+    untouched."""
     started = time.monotonic()
     model = copy.deepcopy(trainer.model).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     batches = cycled(trainer.get_train_dataloader)
-    timings = []
-    for _ in range(PROBE_WARMUP + PROBE_STEPS):
-        batch = {key: value.to(trainer.args.device) for key, value in next(batches).items()}
-        step_started = time.monotonic()
-        model(**batch).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        timings.append(time.monotonic() - step_started)
-    seconds_per_step = sorted(timings[PROBE_WARMUP:])[PROBE_STEPS // 2]  # the median: robust to one slow step
+
+    def seconds_per_step() -> float:
+        timings = []
+        for _ in range(PROBE_WARMUP + PROBE_STEPS):
+            batch = {key: value.to(trainer.args.device) for key, value in next(batches).items()}
+            step_started = time.monotonic()
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            timings.append(time.monotonic() - step_started)
+        return sorted(timings[PROBE_WARMUP:])[PROBE_STEPS // 2]  # the median: robust to one slow step
+
+    step_seconds, other = choose_threads(seconds_per_step)
     evaluation_seconds = 0.0
     if trainer.eval_dataset is not None and validation_batches:
         model.eval()
@@ -127,8 +179,7 @@ def measure_machine(trainer, validation_batches: int) -> tuple[float, float, flo
         with torch.no_grad():
             model.generate(**inputs, paper_decoding=trainer.args.paper_decoding, max_new_tokens=limit)
         evaluation_seconds = (time.monotonic() - generation_started) * validation_batches
-    del model, optimizer
-    return seconds_per_step, evaluation_seconds, time.monotonic() - started
+    return step_seconds, evaluation_seconds, time.monotonic() - started, other
 
 
 def plan_run(trainer) -> Plan:
@@ -139,7 +190,8 @@ def plan_run(trainer) -> Plan:
     eval_batch = args.per_device_eval_batch_size * max(1, args.world_size)
     samples = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
     validation_batches = math.ceil(samples / eval_batch) if args.eval_strategy != "no" else 0
-    measured = torch.tensor(measure_machine(trainer, validation_batches), dtype=torch.float64)
+    *timings, other_threads = measure_machine(trainer, validation_batches)
+    measured = torch.tensor(timings, dtype=torch.float64)
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(measured, op=torch.distributed.ReduceOp.MAX)  # one plan: the slowest rank's
     seconds_per_step, evaluation_seconds, probe_seconds = measured.tolist()
@@ -153,7 +205,9 @@ def plan_run(trainer) -> Plan:
     budget = 60 * args.max_train_minutes - probe_seconds
     steps, warmup, save, eval_steps = fit_schedule(budget, seconds_per_step, evaluation_seconds, reference, average)
     bound = steps < reference["max_steps"]
-    plan = Plan(seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, bound)
+    plan = Plan(
+        seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, bound, other_threads
+    )
     args.max_steps, args.warmup_steps, args.save_steps = steps, warmup, save
     if eval_steps is not None:
         args.eval_steps = eval_steps

@@ -5,10 +5,11 @@ it."""
 import logging
 
 import pytest
+import torch
 from helpers.training_setup import tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from modeling_vaswani.toolkit.training.budget import Plan, fit_schedule, plan_run
+from modeling_vaswani.toolkit.training.budget import Plan, choose_threads, expected, fit_schedule, plan_run
 from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 SMALL = {"max_steps": 4000, "warmup_steps": 400, "save_steps": 150, "eval_steps": 500}  # the small preset's
@@ -34,6 +35,55 @@ def test_a_budget_that_does_not_bind_leaves_the_run_as_set():
     without_evaluation = {**SMALL, "eval_steps": None}
     # 0.92 x 60 = 55.2 steps: warmup 55 // 6 = 9, checkpoints every int(0.3 x 55 / 2) = 8 steps, 55 rounded to 6 x 8
     assert fit_schedule(60, 1.0, 100.0, without_evaluation, 2) == (48, 9, 8, None)
+
+
+def test_evaluations_that_would_take_more_than_a_tenth_of_the_budget_are_fewer_or_none():
+    # 50 s an evaluation: a tenth of 1620 s holds int(162 / 50) = 3 of them; 0.92 x (1620 - 150) / 1.0 = 1352.4
+    # steps; warmup 1352 // 6 = 225; checkpoints every int(0.3 x 1352 / 5) = 81 steps; 1352 rounded down to 16 x 81 =
+    # 1296; an evaluation every 1296 // 3 = 432 steps.
+    assert fit_schedule(27 * 60, 1.0, 50.0, SMALL, 5) == (1296, 225, 81, 432)
+    # 200 s an evaluation, more than 162: none, and the whole budget trains: 0.92 x 1620 = 1490.4 steps; warmup 248;
+    # checkpoints every int(0.3 x 1490 / 5) = 89; 1490 rounded down to 16 x 89 = 1424.
+    assert fit_schedule(27 * 60, 1.0, 200.0, SMALL, 5) == (1424, 248, 89, None)
+    told = Plan(1.0, 200.0, 20.0, 1424, 248, 89, None).describe(27, 5)
+    assert "no evaluation (one would take 200 s, more than a tenth of the budget)" in told
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield threads
+    torch.set_num_threads(threads)
+
+
+def test_a_busy_machine_trains_on_one_thread_where_that_is_faster(restore_threads):
+    # 2026-11-26, two jobs on 2 cores: 3.3 s a step on 2 threads each, 0.89 s on one each.
+    torch.set_num_threads(2)
+    asked = []
+
+    def seconds_per_step():  # what the probe would measure on the thread count torch is set to now
+        asked.append(torch.get_num_threads())
+        return 3.3 if torch.get_num_threads() > 1 else 0.89
+
+    assert choose_threads(seconds_per_step) == (0.89, (2, 3.3))
+    assert asked == [2, 1] and torch.get_num_threads() == 1
+
+
+def test_a_quiet_machine_keeps_its_threads(restore_threads):
+    torch.set_num_threads(2)
+    assert choose_threads(lambda: 0.52 if torch.get_num_threads() > 1 else 0.9) == (0.52, (1, 0.9))
+    assert torch.get_num_threads() == 2
+    torch.set_num_threads(1)  # one thread to begin with: nothing else to try
+    asked = []
+    assert choose_threads(lambda: asked.append(1) or 0.9) == (0.9, None) and asked == [1]
+
+
+def test_the_plan_says_what_it_is_expected_to_score_from_the_runs_measured():
+    assert expected(2272).startswith("Expected: about 38.44 sacreBLEU on test2016")
+    assert expected(1000).startswith("Expected: below 37.7 sacreBLEU")  # 1,760 steps scored 37.70
+    assert expected(2000).startswith("Expected: between 37.16 and 38.44 sacreBLEU")
+    assert expected(3000).startswith("Expected: about 38.44 or more")
+    assert "1,760 steps 37.7, 1,776 steps 37.16, 2,272 steps 38.44" in expected(1000)
 
 
 def test_a_plan_too_short_warns_and_says_what_to_do():
