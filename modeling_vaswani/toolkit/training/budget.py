@@ -153,14 +153,16 @@ def measure_machine(trainer, validation_batches: int) -> tuple[float, float, flo
     translated as the evaluation does, times `validation_batches`. The run's model, optimizer and data order are
     untouched."""
     started = time.monotonic()
-    model = copy.deepcopy(trainer.model).train()
+    device = trainer.args.device
+    # Under FSDP the Trainer leaves its model on the CPU until training starts: the copy goes where the steps run.
+    model = copy.deepcopy(trainer.model).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     batches = cycled(trainer.get_train_dataloader)
 
     def seconds_per_step() -> float:
         timings = []
         for _ in range(PROBE_WARMUP + PROBE_STEPS):
-            batch = {key: value.to(trainer.args.device) for key, value in next(batches).items()}
+            batch = {key: value.to(device) for key, value in next(batches).items()}
             step_started = time.monotonic()
             model(**batch).loss.backward()
             optimizer.step()
@@ -168,12 +170,15 @@ def measure_machine(trainer, validation_batches: int) -> tuple[float, float, flo
             timings.append(time.monotonic() - step_started)
         return sorted(timings[PROBE_WARMUP:])[PROBE_STEPS // 2]  # the median: robust to one slow step
 
-    step_seconds, other = choose_threads(seconds_per_step)
+    if device.type == "cpu":
+        step_seconds, other = choose_threads(seconds_per_step)
+    else:  # the threads feed an accelerator here, and their count is not what makes a step slow
+        step_seconds, other = seconds_per_step(), None
     evaluation_seconds = 0.0
     if trainer.eval_dataset is not None and validation_batches:
         model.eval()
         batch = next(iter(trainer.get_eval_dataloader()))
-        inputs = {key: batch[key].to(trainer.args.device) for key in ("input_ids", "attention_mask")}
+        inputs = {key: batch[key].to(device) for key in ("input_ids", "attention_mask")}
         limit = int(batch["labels"].shape[1] * 1.5)  # about a trained model's length, not an untrained one's + 50
         generation_started = time.monotonic()
         with torch.no_grad():
@@ -191,7 +196,7 @@ def plan_run(trainer) -> Plan:
     samples = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
     validation_batches = math.ceil(samples / eval_batch) if args.eval_strategy != "no" else 0
     *timings, other_threads = measure_machine(trainer, validation_batches)
-    measured = torch.tensor(timings, dtype=torch.float64)
+    measured = torch.tensor(timings, dtype=torch.float64, device=args.device)  # NCCL reduces only CUDA tensors
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(measured, op=torch.distributed.ReduceOp.MAX)  # one plan: the slowest rank's
     seconds_per_step, evaluation_seconds, probe_seconds = measured.tolist()
