@@ -34,6 +34,7 @@ import numpy as np
 import torch
 from datasets import Dataset
 from speed.report import machine
+from speed.to_marian import marian_config
 from tokenizers import ByteLevelBPETokenizer, Tokenizer
 from transformers import (
     AutoTokenizer,
@@ -48,7 +49,6 @@ from modeling_vaswani.toolkit.checkpoints import find_checkpoints, load_model_an
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.evaluation.metrics import translation_scores
 from modeling_vaswani.toolkit.evaluation.translate import translate
-from modeling_vaswani.toolkit.interop.marian import marian_config
 from modeling_vaswani.toolkit.training.trainer import TimeBudgetCallback
 
 SETS = {"validation": "validation", "test2016": "test"}  # our names -> multi30k_files' split names
@@ -138,7 +138,7 @@ def our_translator(model_dir: str):
     """The job's own decoding of its final model: the library's `translate`, as vaswani-evaluate runs it."""
     model, tokenizer = load_model_and_tokenizer(model_dir)
     model.to("cuda" if torch.cuda.is_available() else "cpu")  # where the job translated its test set
-    return lambda sentences: translate(model, tokenizer, sentences)
+    return lambda sentences: translate(model, tokenizer, sentences, split_sentences=False)  # test2016, one a line
 
 
 # ---------------------------------------------------------------------------------------------------------------------

@@ -49,6 +49,18 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         type=batch_type,
         help=f"sentences:N or tokens:N (default: {' '.join(real_text.BATCHES)})",
     )
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        choices=real_text.LAYOUTS,
+        default=["lines"],
+        help=f"lines: one sentence a line; paragraphs: {real_text.PARAGRAPH} sentences a line, split again",
+    )
+    parser.add_argument(
+        "--full_stops",
+        action="store_true",
+        help="end each sentence that has no final punctuation with a full stop, in every layout",
+    )
     parser.add_argument("--sentences", type=positive(int), help="the first N sentences of each set (default: all)")
     parser.add_argument("--threads", type=positive(int), help="CPU threads for every engine (default: torch's)")
     parser.add_argument("--rounds", type=positive(int), default=1, help="times the whole list runs (medians)")
@@ -80,6 +92,8 @@ def main(argv=None) -> dict | None:
         engines=arguments.engines,
         decodings=arguments.decodings,
         batches=arguments.batches or quick.get("batches", real_text.BATCHES),
+        layouts=arguments.layouts,
+        full_stops=arguments.full_stops,
         sentences=arguments.sentences or quick.get("sentences"),
         threads=arguments.threads,
         rounds=arguments.rounds,

@@ -4,8 +4,11 @@ Payload: `save_pretrained` copies this file flat into checkpoints as remote code
 its siblings.
 """
 
+import dataclasses
+
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
+from transformers.modeling_outputs import Seq2SeqLMOutput
 
 from .remote_code_vaswani import TRANSLATION_TASK
 
@@ -78,12 +81,12 @@ class VaswaniConfig(PreTrainedConfig):
         attention_bias: add biases to W^Q, W^K, W^V, W^O. The paper's formulas and tensor2tensor have none.
         final_logits_bias: add a learned bias to the logits, the pre-softmax linear's own (the matrix stays shared).
             Not in the paper (Section 3.4 shares the matrix and adds nothing); MarianMT checkpoints have one
-            (`final_logits_bias`), which their exact conversion needs (toolkit/convert_marian.py).
+            (`final_logits_bias`), which their exact conversion needs (toolkit/interop/marian.py).
         layer_norm_eps: LayerNorm epsilon; the paper gives none, 1e-6 is tensor2tensor's.
         init_std: the paper gives no initialization. None (the default) is tensor2tensor's: embeddings
             N(0, d_model^-0.5), linear weights Xavier-uniform. A number draws every embedding and linear weight from
             N(0, init_std) instead, as BERT, BART and MarianMT do with 0.02 (the small preset's choice: it learns
-            faster in a short run, see toolkit/training.py).
+            faster in a short run, see toolkit/training/presets.py).
         position_embedding_type: "sinusoidal", the fixed encodings of Section 3.5, or "learned", a trained table per
             stack (Table 3 row E; Section 3.5 reports nearly identical results).
         max_position_embeddings: rows of the precomputed sinusoid table (longer inputs are encoded on the fly), or of
@@ -94,7 +97,11 @@ class VaswaniConfig(PreTrainedConfig):
     """
 
     model_type = "vaswani"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    # The Trainer drops these output fields from the logits it gathers in evaluation: the cache, named as this
+    # transformers' output class names it (`cache` from 5.24, `past_key_values` before).
+    keys_to_ignore_at_inference = [
+        field.name for field in dataclasses.fields(Seq2SeqLMOutput) if field.name in ("cache", "past_key_values")
+    ]
     attribute_map = {
         "hidden_size": "d_model",
         "num_attention_heads": "num_heads",
@@ -162,13 +169,15 @@ class VaswaniConfig(PreTrainedConfig):
 
     @classmethod
     def base(cls, **overrides) -> "VaswaniConfig":
-        """Table 3, "base": N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1 (63.0M parameters with 37000 tokens)."""
-        return cls(**overrides)
+        """Table 3's "base" line (N 6, d_model 512, d_ff 2048, h 8, P_drop 0.1; 63.0M parameters with 37000 tokens),
+        `overrides` over it (any field, Table 3's columns included)."""
+        return cls._table3_model(TABLE_3["base"][0], overrides)
 
     @classmethod
     def big(cls, **overrides) -> "VaswaniConfig":
-        """Table 3, "big": N 6, d_model 1024, d_ff 4096, h 16, P_drop 0.3 (214.2M parameters with 37000 tokens)."""
-        return cls(**{"d_model": 1024, "d_ff": 4096, "num_heads": 16, "dropout": 0.3, **overrides})
+        """Table 3's "big" line (N 6, d_model 1024, d_ff 4096, h 16, P_drop 0.3; 214.2M parameters with 37000 tokens),
+        `overrides` over it (any field, Table 3's columns included: big EN-FR's P_drop 0.1 is `big(dropout=0.1)`)."""
+        return cls._table3_model(TABLE_3["big"][0], overrides)
 
     @classmethod
     def table3(cls, row: str, **values) -> "VaswaniConfig":
@@ -185,8 +194,12 @@ class VaswaniConfig(PreTrainedConfig):
         37,000.
         """
         line = cls._table3_line(row, values)
-        overrides = {name: value for name, value in values.items() if name not in TABLE_3_COLUMNS}
-        return cls(**{name: value for name, value in line.items() if name not in TABLE_3_TRAINING}, **overrides)
+        return cls._table3_model(line, {name: value for name, value in values.items() if name not in TABLE_3_COLUMNS})
+
+    @classmethod
+    def _table3_model(cls, line: dict, overrides: dict) -> "VaswaniConfig":
+        """The model of a line of Table 3 (its training settings left out), `overrides` over it."""
+        return cls(**{**{name: value for name, value in line.items() if name not in TABLE_3_TRAINING}, **overrides})
 
     @classmethod
     def table3_training_arguments(cls, row: str, **values) -> dict:

@@ -17,6 +17,7 @@ import numbers
 
 import torch
 from torch import nn
+from transformers import generation as stock
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.generation import (
@@ -27,7 +28,6 @@ from transformers.generation import (
     GenerationMode,
     LogitsProcessor,
     LogitsProcessorList,
-    PrefixConstrainedLogitsProcessor,
     StoppingCriteria,
     StoppingCriteriaList,
 )
@@ -563,26 +563,35 @@ def paper_search(
     )  # fmt: skip
 
 
+# transformers' logits processors and stopping criteria known to treat each row by itself: what one row becomes depends
+# on that row's tokens and scores and on the step alone, with no state kept by place in the batch. Not those holding
+# one row of something per sentence (the encoder's tokens of encoder_repetition_penalty and
+# encoder_no_repeat_ngram_size, prefix_allowed_tokens_fn's sentence index), nor those pairing rows (classifier-free
+# guidance) or keeping state (watermarks). Exact classes: a subclass may read what these do not.
+ROW_WISE = (
+    *(getattr(stock, name) for name in (
+        "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "TemperatureLogitsWarper",
+        "RepetitionPenaltyLogitsProcessor", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper",
+        "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper", "NoRepeatNGramLogitsProcessor",
+        "NoBadWordsLogitsProcessor", "SequenceBiasLogitsProcessor", "ForcedBOSTokenLogitsProcessor",
+        "ForcedEOSTokenLogitsProcessor", "InfNanRemoveLogitsProcessor", "ExponentialDecayLengthPenalty",
+        "LogitNormalization", "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
+        "MaxLengthCriteria", "MaxTimeCriteria", "EosTokenCriteria", "StopStringCriteria",
+    )),
+)  # fmt: skip
+
+
 def may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus: bool, streamer) -> bool:
     """Whether a sentence whose search is over may leave the batch (what CTranslate2 does), so that the steps after
     it compute only the sentences still searching. Its result is final by then, so no token changes; but a row's
     place in the batch changes, and only what is known not to depend on it may see the batch shrink: transformers'
-    own logits processors and stopping criteria (but `prefix_allowed_tokens_fn`'s, which reads a row's sentence
-    from its place) and this module's length limit and target prefixes. Not under `return_dict_in_generate`
-    (per-step scores, logits, attentions, hidden states and the returned cache hold every row), when streaming, or
-    when stepping in lockstep with other processes."""
+    logits processors and stopping criteria of ROW_WISE and this module's length limit and target prefixes. Not
+    under `return_dict_in_generate` (per-step scores, logits, attentions, hidden states and the returned cache hold
+    every row), when streaming, or when stepping in lockstep with other processes."""
     if generation_config.return_dict_in_generate or synced_gpus or streamer is not None:
         return False
-    known = "transformers.generation."
-    reads_place = PrefixConstrainedLogitsProcessor
-    return all(
-        isinstance(processor, TargetPrefix)
-        or (type(processor).__module__.startswith(known) and not isinstance(processor, reads_place))
-        for processor in logits_processor
-    ) and all(
-        isinstance(criteria, MaxLengthPerSentence) or type(criteria).__module__.startswith(known)
-        for criteria in stopping_criteria
-    )
+    ours = (TargetPrefix, MaxLengthPerSentence)
+    return all(isinstance(each, ours) or type(each) in ROW_WISE for each in (*logits_processor, *stopping_criteria))
 
 
 def sentence_rows(sentences: torch.Tensor, rows_per_sentence: int) -> torch.Tensor:
@@ -884,6 +893,9 @@ class VaswaniGenerationMixin(GenerationMixin):
             kwargs["length_penalty"] = settings["length_penalty"]
         criteria = StoppingCriteriaList(kwargs.pop("stopping_criteria", None) or [])
         criteria.append(MaxLengthPerSentence(limits))
+        if kwargs.get("stop_strings") is not None and kwargs.get("tokenizer") is not None:
+            # generate() passes a `custom_generate` callable's call no tokenizer to build this criterion with.
+            criteria.append(stock.StopStringCriteria(kwargs.pop("tokenizer"), kwargs.pop("stop_strings")))
         synced_gpus = kwargs.pop("synced_gpus", None)
         search = functools.partial(
             paper_search,

@@ -24,8 +24,9 @@ from transformers.masking_utils import create_bidirectional_mask
 # === The oneDNN linear ===============================================================================================
 
 # Private torch ops, because torch has no public eager oneDNN float32 linear (its public linear calls MKL's sgemm;
-# torch.compile's freezing packs weights for oneDNN only inside a compiled graph). Looked up at import; their absence
-# is an error naming them at the first product that needs them (`Linear`), never a silent fallback to a slower one.
+# torch.compile's freezing packs weights for oneDNN only inside a compiled graph). Looked up at import, and tried on a
+# small product at the first that needs them (`onednn_ops_differ`); their absence or a changed result is an error
+# naming them there (`Linear`), never a silent fallback to a slower one.
 ONEDNN_LINEAR = torch.backends.mkldnn.is_available()  # a torch built without oneDNN has nothing to go through
 
 
@@ -44,6 +45,28 @@ ONEDNN_TRAINING = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x W^T + b for a 2-D x, through oneDNN; `weight` may be prepacked, or any strided [out x in] matrix."""
     return torch.ops.mkldnn._linear_pointwise.default(x, weight, bias, "none", [], "")
+
+
+@functools.cache
+def onednn_ops_differ() -> str | None:
+    """What no longer works as `Linear` expects among the private torch APIs it uses, or None: the two oneDNN ops on a
+    small product against nn.functional.linear's, and the version counter (`Tensor._version`, no public API tells
+    that a weight changed in place) moving with an in-place update. Checked once a process, at the first product."""
+    try:
+        with torch.inference_mode(False), torch.no_grad():  # normal tensors, which count versions, in any mode
+            x = torch.linspace(-1, 1, 6).reshape(2, 3)
+            weight, bias = torch.linspace(-1, 1, 12).reshape(4, 3), torch.linspace(0, 1, 4)
+            expected = nn.functional.linear(x, weight, bias)
+            plain = onednn_linear(x, weight, bias)
+            packed = onednn_linear(x, torch.ops.mkldnn._reorder_linear_weight(weight, None), bias)
+            version = weight._version
+            weight.add_(1)
+            counted = weight._version == version + 1
+    except (AttributeError, RuntimeError, TypeError) as error:
+        return f"{type(error).__name__}: {error}"
+    if not all(torch.allclose(product, expected, atol=1e-6) for product in (plain, packed)):
+        return "their product differs from nn.functional.linear's"
+    return None if counted else "Tensor._version no longer counts in-place updates"
 
 
 class OneDNNLinearFunction(torch.autograd.Function):
@@ -123,6 +146,13 @@ class Linear(nn.Linear):
                 f"torch {torch.__version__} has oneDNN but not torch.ops.mkldnn.{' or .'.join(MISSING_ONEDNN_OPS)}, "
                 "the private ops kernels_vaswani.Linear multiplies through on CPU. Run under "
                 "torch.backends.mkldnn.flags(enabled=False) for nn.Linear's own product, or use a torch that has them."
+            )
+        if through and onednn_ops_differ() is not None:
+            raise RuntimeError(
+                f"torch {torch.__version__}: the private APIs kernels_vaswani.Linear multiplies through on CPU "
+                f"(torch.ops.mkldnn._linear_pointwise, ._reorder_linear_weight, Tensor._version) changed: "
+                f"{onednn_ops_differ()}. Run under torch.backends.mkldnn.flags(enabled=False) for nn.Linear's own "
+                "product, or use a torch where they work as before."
             )
         return through
 

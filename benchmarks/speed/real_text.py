@@ -5,7 +5,7 @@ Engines, all on the same trained weights:
 - `pytorch-paper`: our model through the library's `translate` (what vaswani-translate runs), generate() with
   `paper_decoding=True`, Section 6.1's search (the package's own loop, generation_vaswani.paper_search);
 - `pytorch-stock`: the same, generate() without it: transformers' own greedy and beam search;
-- `marian`: transformers' MarianMTModel holding our weights (interop.marian.to_marian), its stock generate();
+- `marian`: transformers' MarianMTModel holding our weights (speed/to_marian.py), its stock generate();
 - `ct2-float32`, `ct2-int8`: our CTranslate2 export (vaswani-export-ctranslate2) run by the ctranslate2 engine,
   under the paper's decoding as far as CTranslate2 expresses it (serving.ctranslate2.CTranslate2Model);
 - `ct2-float32-stock`: the float32 export with CTranslate2's own beam search and ranking, as its users call it.
@@ -16,6 +16,14 @@ batch translated untimed, then the whole set is translated from text to text, ti
 by length, detokenizing). Reported: sentences/s, target tokens/s (the translations re-tokenized by our tokenizer, the
 same count for every engine), sacreBLEU and chrF2 (a faster engine must not translate worse unseen), the sentences
 whose translation differs from pytorch-paper's, and ratios of pytorch-paper to each engine.
+
+Layouts: `lines`, the test set one sentence a line, each line translated whole (as vaswani-evaluate reads a test
+set); `paragraphs`, the same sentences joined PARAGRAPH at a time into one line each, split into sentences again
+and translated as vaswani-translate translates a document (issue 42). Sentences/s counts the test set's sentences in
+both, and every row also gives sacreBLEU against the references joined the same way (a line layout's translations
+joined PARAGRAPH at a time), so that the two layouts compare on one reference. With `full_stops`, a sentence that
+ends without ".", "!" or "?" (17 of test2016's first 300 captions) gets a full stop in every layout: joined as it
+was written, no splitter can find where it ends.
 """
 
 import json
@@ -37,6 +45,8 @@ ENGINES = ("pytorch-paper", "pytorch-stock", "marian", "ct2-float32", "ct2-float
 CTRANSLATE2_ENGINES = {"ct2-float32": "float32", "ct2-float32-stock": "float32", "ct2-int8": "int8"}
 DECODINGS = {"beam": 4, "greedy": 1}  # Section 6.1's beam size
 BATCHES = ("sentences:1", "sentences:8", "sentences:32", "tokens:2000")
+LAYOUTS = ("lines", "paragraphs")
+PARAGRAPH = 3  # sentences a paragraph, as issue 42 joined test2016's
 REFERENCE = "pytorch-paper"  # what the ratios compare with
 WARMUP_SENTENCES = 8
 
@@ -52,6 +62,16 @@ def test_set(name: str, limit: int | None = None) -> tuple[list[str], list[str]]
     else:
         raise ValueError(f"unknown test set {name!r}; expected one of {', '.join(TEST_SETS)}")
     return read_sentences(files["en"])[:limit], read_sentences(files["de"])[:limit]
+
+
+def with_full_stops(sentences: list[str]) -> list[str]:
+    """Each sentence that ends without sentence-final punctuation, with a full stop."""
+    return [text if text.rstrip().endswith((".", "!", "?")) else f"{text.rstrip()}." for text in sentences]
+
+
+def paragraphs(sentences: list[str]) -> list[str]:
+    """The sentences joined PARAGRAPH at a time, with a space, into one line each."""
+    return [" ".join(sentences[start : start + PARAGRAPH]) for start in range(0, len(sentences), PARAGRAPH)]
 
 
 def check_batch(text: str) -> str:
@@ -81,7 +101,8 @@ def prepare_engines(model_dir: Path, folder: Path, engines) -> dict[str, str]:
     folders = {engine: str(model_dir) for engine in engines if engine.startswith("pytorch")}
     if "marian" in engines:
         from modeling_vaswani.toolkit.checkpoints import load_model_and_tokenizer
-        from modeling_vaswani.toolkit.interop.marian import to_marian
+
+        from .to_marian import to_marian
 
         model, _ = load_model_and_tokenizer(str(model_dir))
         to_marian(model).save_pretrained(folder / "marian")
@@ -156,6 +177,8 @@ def run_job(spec: dict) -> dict:
     torch.set_num_threads(spec["threads"])
     model, tokenizer = load_engine(spec["engine"], spec["folder"], spec["model_dir"], spec["threads"])
     sources, references = test_set(spec["test_set"], spec["sentences"])
+    if spec.get("full_stops"):
+        sources = with_full_stops(sources)
     longest = max(len(ids) for ids in tokenizer(sources)["input_ids"])
     from transformers import GenerationConfig
 
@@ -163,19 +186,25 @@ def run_job(spec: dict) -> dict:
     settings = generate_settings(spec["engine"], DECODINGS[spec["decoding"]], longest, alpha)
     kind, _, number = spec["batch"].partition(":")
     batching = {"batch_size": int(number)} if kind == "sentences" else {"max_tokens": int(number)}
-    run = lambda sentences: translate(model, tokenizer, sentences, progress=False, **batching, **settings)  # noqa: E731
-    run(sources[:WARMUP_SENTENCES])
+    lines = spec.get("layout", "lines") == "lines"
+    inputs, line_references = (sources, references) if lines else (paragraphs(sources), paragraphs(references))
+    run = lambda texts: translate(  # noqa: E731
+        model, tokenizer, texts, progress=False, split_sentences=not lines, **batching, **settings
+    )
+    run(inputs[:WARMUP_SENTENCES])
     start = time.perf_counter()
-    translations = run(sources)
+    translations = run(inputs)
     seconds = time.perf_counter() - start
     tokens = sum(len(ids) for ids in tokenizer(translations, add_special_tokens=False)["input_ids"])
+    joined = paragraphs(translations) if lines else translations
     return {
         "seconds": seconds,
         "sentences_per_s": len(sources) / seconds,
         "tokens_per_s": tokens / seconds,
         "target_tokens": tokens,
-        "sacrebleu": bleu(translations, references)["sacrebleu"],
-        "chrf": chrf(translations, references)["chrf"],  # sacreBLEU's chrF2, as WMT reports it beside BLEU
+        "sacrebleu": bleu(translations, line_references)["sacrebleu"],
+        "paragraph_sacrebleu": bleu(joined, paragraphs(references))["sacrebleu"],
+        "chrf": chrf(translations, line_references)["chrf"],  # sacreBLEU's chrF2, as WMT reports it beside BLEU
         "translations": translations,
     }
 
@@ -197,45 +226,56 @@ def run_benchmark(
     engines=ENGINES,
     decodings=tuple(DECODINGS),
     batches=BATCHES,
+    layouts=("lines",),
+    full_stops: bool = False,
     sentences: int | None = None,
     threads: int | None = None,
     rounds: int = 1,
     progress: Callable[[str], None] = print,
 ) -> dict:
-    """Every (test set, decoding, batching) group with each engine in turn, in its own process, `rounds` times over
-    (figures: medians over the rounds). Engines of a group run one right after another, so that a shared machine's
-    drifting load falls on all of them alike."""
+    """Every (test set, layout, decoding, batching) group with each engine in turn, in its own process, `rounds`
+    times over (figures: medians over the rounds). Engines of a group run one right after another, so that a shared
+    machine's drifting load falls on all of them alike."""
     import torch
 
     threads = threads or torch.get_num_threads()
     engines = [engine for engine in ENGINES if engine in engines]  # the reference first, so others compare with it
-    groups = [(name, decoding, batch) for name in test_sets for decoding in decodings for batch in batches]
+    groups = [
+        (name, layout, decoding, batch)
+        for name in test_sets
+        for layout in layouts
+        for decoding in decodings
+        for batch in batches
+    ]
     measured: dict[tuple, list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="vaswani-real-text-") as workdir:
         workdir = Path(workdir)
         progress(f"preparing the engines from {model_dir}")
         folders = prepare_engines(model_dir, workdir, engines)
         jobs = [(group, engine) for _ in range(rounds) for group in groups for engine in engines]
-        for number, ((name, decoding, batch), engine) in enumerate(jobs, start=1):
+        for number, ((name, layout, decoding, batch), engine) in enumerate(jobs, start=1):
             spec = {
                 "engine": engine,
                 "folder": folders[engine],
                 "model_dir": str(model_dir),
                 "test_set": name,
+                "layout": layout,
+                "full_stops": full_stops,
                 "decoding": decoding,
                 "batch": batch,
                 "sentences": sentences,
                 "threads": threads,
             }
             result = run_worker(script, spec, workdir)
-            measured.setdefault((name, decoding, batch, engine), []).append(result)
+            measured.setdefault((name, layout, decoding, batch, engine), []).append(result)
             shown = (
                 result.get("error")
                 or f"{result['sentences_per_s']:.1f} sentences/s, BLEU {result['sacrebleu']:.2f}, "
                 f"chrF2 {result['chrf']:.2f}"
             )
-            progress(f"[{number}/{len(jobs)}] {name} {decoding} {batch} {engine}: {shown}")
-    return build_report(measured, groups, engines, threads, model_dir, sentences, rounds)
+            progress(f"[{number}/{len(jobs)}] {name} {layout} {decoding} {batch} {engine}: {shown}")
+    report = build_report(measured, groups, engines, threads, model_dir, sentences, rounds)
+    return {**report, "full_stops": full_stops}
 
 
 def median_result(results: list[dict]) -> dict:
@@ -244,20 +284,24 @@ def median_result(results: list[dict]) -> dict:
         return {"error": results[0]["error"]}
     combined = {key: statistics.median(result[key] for result in good) for key in ("sentences_per_s", "tokens_per_s")}
     first = good[0]  # every round translates alike
-    return {**combined, **{key: first[key] for key in ("sacrebleu", "chrf", "translations", "target_tokens")}}
+    kept = ("sacrebleu", "paragraph_sacrebleu", "chrf", "translations", "target_tokens")
+    return {**combined, **{key: first[key] for key in kept}}
 
 
 def build_report(measured: dict, groups, engines, threads, model_dir, sentences, rounds) -> dict:
     rows = []
-    for name, decoding, batch in groups:
-        results = {engine: median_result(measured[(name, decoding, batch, engine)]) for engine in engines}
+    for name, layout, decoding, batch in groups:
+        results = {engine: median_result(measured[(name, layout, decoding, batch, engine)]) for engine in engines}
         reference = results.get(REFERENCE, {})
         for engine, result in results.items():
-            row = {"test_set": name, "decoding": decoding, "batch": batch, "engine": engine}
+            row = {"test_set": name, "layout": layout, "decoding": decoding, "batch": batch, "engine": engine}
             if "error" in result:
                 rows.append({**row, "error": result["error"]})
                 continue
-            kept = ("sentences_per_s", "tokens_per_s", "target_tokens", "sacrebleu", "chrf", "translations")
+            kept = (
+                "sentences_per_s", "tokens_per_s", "target_tokens", "sacrebleu", "paragraph_sacrebleu", "chrf",
+                "translations",
+            )  # fmt: skip
             row.update({key: result[key] for key in kept})
             if "translations" in reference:
                 row["paper_speed_ratio"] = reference["sentences_per_s"] / result["sentences_per_s"]
@@ -284,21 +328,22 @@ def format_table(report: dict) -> str:
         f"{report['threads']} threads, torch {facts['torch']}, transformers {facts['transformers']}"
         + (f", ctranslate2 {facts['ctranslate2']}" if "ctranslate2" in facts else "")
         + f"; model {report['model']}; {'all' if report['sentences'] is None else report['sentences']} sentences"
-        f" a set; median of {report['rounds']} round(s).",
+        f" a set{', a full stop ending each' if report.get('full_stops') else ''}; median of {report['rounds']}"
+        " round(s).",
         "",
-        "| test set | decoding | batch | engine | sentences/s | target tokens/s | sacreBLEU | chrF2 | paper ÷ engine "
-        "| differs from paper |",
-        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| test set | text | decoding | batch | engine | sentences/s | target tokens/s | sacreBLEU "
+        f"| sacreBLEU, {PARAGRAPH} a paragraph | chrF2 | paper ÷ engine | differs from paper |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for row in report["rows"]:
-        head = f"| {row['test_set']} | {row['decoding']} | {row['batch']} | {row['engine']} |"
+        head = f"| {row['test_set']} | {row['layout']} | {row['decoding']} | {row['batch']} | {row['engine']} |"
         if "error" in row:
-            lines.append(f"{head} failed: {row['error']} | | | | | |")
+            lines.append(f"{head} failed: {row['error']} | | | | | | |")
             continue
         ratio = f"{row['paper_speed_ratio']:.2f}x" if "paper_speed_ratio" in row else ""
         differs = row.get("differs_from_paper", "")
         lines.append(
             f"{head} {row['sentences_per_s']:.1f} | {row['tokens_per_s']:.0f} | {row['sacrebleu']:.2f} "
-            f"| {row['chrf']:.2f} | {ratio} | {differs} |"
+            f"| {row['paragraph_sacrebleu']:.2f} | {row['chrf']:.2f} | {ratio} | {differs} |"
         )
     return "\n".join(lines)

@@ -265,6 +265,23 @@ def load_results(folder: Path) -> dict | None:
     return read_json(path) if path.is_file() else None
 
 
+def recorded_source_language(name: str, revision: str | None = None) -> str | None:
+    """The source language results.json records for the model `name` (`test_set.source_lang`, as vaswani-train writes
+    it): in a local folder (a checkpoint, or an exported folder a results.json was copied into), or a Hub repository
+    (vaswani-push uploads it; a file that is not there, or a Hub out of reach, is None). None where there is none."""
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        results = load_results(folder)
+    else:
+        try:
+            results = read_json(Path(hf_hub_download(name, RESULTS, revision=revision)))
+        except (HfHubHTTPError, LocalEntryNotFoundError, HFValidationError, OSError, ValueError):
+            return None
+    test_set = (results or {}).get("test_set")
+    language = test_set.get("source_lang") if isinstance(test_set, dict) else None
+    return language if isinstance(language, str) and language.strip() else None
+
+
 def foreign_type(model_type) -> str:
     """What a config of another model_type is told: the type, the one expected, and the converter where one exists."""
     told = f"model_type is {model_type!r}, expected {VaswaniConfig.model_type!r}"

@@ -69,23 +69,23 @@ def test_batch_specifications_are_checked():
 
 
 def test_the_table_gives_chrf_beside_sacrebleu_in_a_column_of_its_own():
+    group = ("test2016", "paragraphs", "beam", "sentences:3")
     measured = {
-        ("test2016", "beam", "sentences:3", engine): [
+        (*group, engine): [
             {"sentences_per_s": speed, "tokens_per_s": 10 * speed, "target_tokens": 40, "sacrebleu": 30.25,
-             "chrf": chrf, "translations": ["Ein Mann."]}
+             "paragraph_sacrebleu": 31.5, "chrf": chrf, "translations": ["Ein Mann."]}
         ]
         for engine, speed, chrf in (("pytorch-paper", 2.0, 55.5), ("marian", 4.0, 54.1))
     }  # fmt: skip
-    measured[("test2016", "beam", "sentences:3", "ct2-float32")] = [{"error": "no ctranslate2"}]
-    report = real_text.build_report(
-        measured, [("test2016", "beam", "sentences:3")], ["pytorch-paper", "marian", "ct2-float32"], 1, "m", None, 1
-    )
+    measured[(*group, "ct2-float32")] = [{"error": "no ctranslate2"}]
+    report = real_text.build_report(measured, [group], ["pytorch-paper", "marian", "ct2-float32"], 1, "m", None, 1)
     assert [row.get("chrf") for row in report["rows"]] == [55.5, 54.1, None]
     lines = [line for line in real_text.format_table(report).splitlines() if line.startswith("|")]
     header, _, *rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
     assert all(len(row) == len(header) for row in rows), lines  # an error row fills every column too
-    cells = {row[3]: dict(zip(header, row, strict=True)) for row in rows}
+    cells = {row[4]: dict(zip(header, row, strict=True)) for row in rows}
     assert (cells["pytorch-paper"]["sacreBLEU"], cells["pytorch-paper"]["chrF2"]) == ("30.25", "55.50")
+    assert (cells["marian"]["text"], cells["marian"]["sacreBLEU, 3 a paragraph"]) == ("paragraphs", "31.50")
     assert (cells["marian"]["chrF2"], cells["marian"]["paper ÷ engine"]) == ("54.10", "0.50x")
 
 
@@ -102,19 +102,24 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
         sys.executable, str(SCRIPT), "--model", str(checkpoint), "--test_sets", "test2016",
         "--engines", "pytorch-paper", "marian", "ct2-float32", "--decodings", "beam",
         "--batches", "sentences:3", "tokens:200", "--sentences", "7", "--threads", "1", "--json", str(output),
+        "--layouts", "lines", "paragraphs",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(output.read_text())
-    rows = {(row["batch"], row["engine"]): row for row in report["rows"]}
-    assert set(rows) == {
-        (b, e) for b in ("sentences:3", "tokens:200") for e in ("pytorch-paper", "marian", "ct2-float32")
+    every = {(row["layout"], row["batch"], row["engine"]): row for row in report["rows"]}
+    assert set(every) == {
+        (layout, b, e)
+        for layout in ("lines", "paragraphs")
+        for b in ("sentences:3", "tokens:200")
+        for e in ("pytorch-paper", "marian", "ct2-float32")
     }
-    assert all("error" not in row for row in rows.values()), rows
+    assert all("error" not in row for row in every.values()), every
+    rows = {(batch, engine): row for (layout, batch, engine), row in every.items() if layout == "lines"}
 
     sources, references = real_text.test_set("test2016", 7)
     model, tokenizer = load_model_and_tokenizer(str(checkpoint))
-    expected = translate(model, tokenizer, sources, batch_size=3, progress=False, num_beams=4)
+    expected = translate(model, tokenizer, sources, batch_size=3, progress=False, num_beams=4, split_sentences=False)
     reference_tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     for (batch, engine), row in rows.items():
         translations = row["translations"]
@@ -132,5 +137,29 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
             rows[(batch, "pytorch-paper")]["sentences_per_s"] / row["sentences_per_s"]
         )
     assert report["machine"]["cpu_flags"] is not None and report["threads"] == 1
+    joined = [" ".join(sources[start : start + 3]) for start in range(0, 7, 3)]  # 3, 3 and 1 sentences
+    joined_references = [" ".join(references[start : start + 3]) for start in range(0, 7, 3)]
+    for (layout, _, _), row in every.items():
+        translations = row["translations"]
+        own_joined = translations if layout == "paragraphs" else [
+            " ".join(translations[start : start + 3]) for start in range(0, 7, 3)
+        ]  # fmt: skip
+        assert row["paragraph_sacrebleu"] == pytest.approx(
+            sacrebleu.corpus_bleu(own_joined, [joined_references]).score, abs=1e-6
+        )
+        if layout == "paragraphs":
+            assert len(translations) == 3
+            counted = sum(len(reference_tokenizer(t, add_special_tokens=False)["input_ids"]) for t in translations)
+            assert row["tokens_per_s"] / row["sentences_per_s"] == pytest.approx(counted / 7)  # the set's sentences
+    assert every[("paragraphs", "sentences:3", "pytorch-paper")]["translations"] == translate(
+        model, tokenizer, joined, batch_size=3, progress=False, num_beams=4, split_sentences=True
+    )
     table = result.stdout
-    assert "| test2016 | beam | tokens:200 | ct2-float32 |" in table and "| chrF2 | paper ÷ engine" in table
+    assert "| test2016 | lines | beam | tokens:200 | ct2-float32 |" in table and "| chrF2 | paper ÷ engine" in table
+    assert "| test2016 | paragraphs | beam | tokens:200 | ct2-float32 |" in table
+
+
+def test_paragraphs_join_three_sentences_and_full_stops_end_only_the_unended():
+    sentences = ["A man.", "A dog runs", "Why?", "Go!", "Two cats  "]
+    assert real_text.paragraphs(sentences) == ["A man. A dog runs Why?", "Go! Two cats  "]
+    assert real_text.with_full_stops(sentences) == ["A man.", "A dog runs.", "Why?", "Go!", "Two cats."]

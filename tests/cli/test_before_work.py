@@ -71,7 +71,7 @@ def test_a_target_prefix_file_with_too_few_lines_is_refused_before_the_model_loa
     prefixes.write_text("Ein Mann\n\n", encoding="utf-8")
     error = refused(translate.main, [unloadable, "--input", source, "--target_prefix", prefixes], capsys)
     assert error == (
-        f"vaswani-translate: error: --target_prefix {prefixes} has 2 lines; expected 3, one per input sentence (an "
+        f"vaswani-translate: error: --target_prefix {prefixes} has 2 lines; expected 3, one per input line (an "
         "empty line for none)"
     )
     assert_no_model_was_loaded(error, unloadable)
@@ -167,12 +167,15 @@ LINES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl."]
     ids=["empty", "blank", "not UTF-8", "NUL", "too long"],
 )
 def test_lines_that_arrive_with_a_bad_one_are_answered_before_the_refusal(checkpoint, bad, told):
-    """All of it in one write, so that one read returns the good lines and the bad one together."""
+    """All of it in one write, so that one read returns the good lines and the bad one together. One sentence a line
+    (--no_split_sentences), where an empty line is a bad one; with sentence splitting:
+    tests/cli/test_translate_paragraphs.py."""
     model, tokenizer = load_translator(str(checkpoint))
     expected = translate_sentences(model, tokenizer, LINES[:2], batch_size=1, max_new_tokens=6, progress=False)
     data = b"".join(line.encode() + b"\n" for line in LINES[:2]) + bad + b"\n" + LINES[2].encode() + b"\n"
+    flags = ["--max_new_tokens", "6", "--max_input_tokens", "40", "--no_split_sentences"]
     process = subprocess.Popen(
-        [*command("translate"), str(checkpoint), "--max_new_tokens", "6", "--max_input_tokens", "40"],
+        [*command("translate"), str(checkpoint), *flags],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -184,9 +187,9 @@ def test_lines_that_arrive_with_a_bad_one_are_answered_before_the_refusal(checkp
 
 
 def test_an_nbest_stream_numbers_the_good_lines_before_a_bad_one(checkpoint):
-    data = f"{LINES[0]}\n{LINES[1]}\n\n".encode()
+    data = f"{LINES[0]}\n{LINES[1]}\n\n".encode()  # the empty line is the bad one, one sentence a line
     result = subprocess.run(
-        [*command("translate"), str(checkpoint), "--nbest", "2", "--max_new_tokens", "4"],
+        [*command("translate"), str(checkpoint), "--nbest", "2", "--max_new_tokens", "4", "--no_split_sentences"],
         input=data,
         capture_output=True,
         timeout=300,

@@ -55,13 +55,17 @@ def test_main_job_end_to_end(tmp_path):
         assert warning not in trained.stderr, warning
     model_dir = run / "averaged"
     assert json.loads((model_dir / "generation_config.json").read_text())["length_penalty"] == 1.0  # the preset's
+    # The languages, recorded in the tokenizer's configuration of every folder (the splitter's language).
+    for folder in (model_dir, run / "checkpoint-30"):
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        assert (config["source_lang"], config["target_lang"]) == ("en", "de"), folder
     # Evaluating by translating during training leaves the model's generation settings as they were (transformers'
     # Seq2SeqTrainer writes every generate() default into them, max_length 20 among them).
     for folder in (model_dir, run / "checkpoint-30"):
         assert "max_length" not in json.loads((folder / "generation_config.json").read_text()), folder
     results = json.loads((model_dir / "results.json").read_text())
     assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
-    assert results["test_set"]["dataset_split"] == "test_2016_flickr"  # what push_to_hub.py's card names
+    assert results["test_set"]["dataset_split"] == "test_2016_flickr"  # what vaswani-push's card names
     assert (run / "training_curves.png").stat().st_size > 10_000
     assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 24
     # chrF and TER beside BLEU, each with its signature, as sacrebleu scores the job's translations of test2016's
@@ -103,8 +107,12 @@ def test_main_job_end_to_end(tmp_path):
 
 def test_bad_input_is_refused_with_a_clear_message(tmp_path, checkpoint):
     (tmp_path / "input.en").write_text("A man.\n\nA dog.\n")
-    result = script("translate", checkpoint, "--input", tmp_path / "input.en", cwd=tmp_path, check=False)
-    assert result.returncode != 0 and "sentence 2 is empty" in result.stderr
+    result = script(
+        "translate", checkpoint, "--input", tmp_path / "input.en", "--no_split_sentences", cwd=tmp_path, check=False
+    )
+    assert result.returncode != 0 and "sentence 2 is empty" in result.stderr  # one sentence a line: no empty one
+    result = script("translate", checkpoint, "--input", tmp_path / "input.en", "--max_new_tokens", 4, cwd=tmp_path)
+    assert result.stdout.count("\n") == 3 and result.stdout.split("\n")[1] == ""  # split: an empty line stays one
     (tmp_path / "short.de").write_text("Ein Mann.\n")
     (tmp_path / "long.en").write_text("A man.\nA dog.\n")
     result = script(

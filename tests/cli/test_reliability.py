@@ -196,24 +196,36 @@ def test_evaluate_keeps_a_stray_carriage_return_inside_its_line(checkpoint, tmp_
 
 
 @pytest.mark.parametrize(
-    ("data", "message"),
+    ("data", "message", "flags"),
     [
         (
             b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
             "standard input, line 1: not valid UTF-8 (invalid start byte at byte 0",
+            [],
         ),
-        (b"A man.\n\xff\xfe\x00\x01\n", "standard input, line 2: not valid UTF-8"),
-        ("A man.\n".encode("utf-16-le"), "standard input, line 1: holds a NUL character; expected UTF-8 text"),
-        (b"", "standard input is empty; expected one sentence per line"),
         (
+            b"A man.\n\xff\xfe\x00\x01\n",
+            "standard input, line 2: not valid UTF-8 (invalid start byte at byte 0 of the line, byte 7 of the input)",
+            [],
+        ),
+        (
+            "A man.\n".encode("utf-16-le"),
+            "standard input, line 1: holds a NUL character (byte 1 of the input); expected UTF-8 text",
+            [],
+        ),
+        (b"", "standard input is empty; expected one sentence per line", []),
+        (  # one sentence a line: an empty line is refused (split into sentences, it gives an empty line)
             b"A man.\n\nA dog.\n",
             "standard input, one sentence a line: sentence 2 is empty; expected text to translate",
+            ["--no_split_sentences"],
         ),
     ],
 )
-def test_translate_refuses_stdin_that_is_not_text_naming_the_line(checkpoint, capsys, monkeypatch, data, message):
+def test_translate_refuses_stdin_that_is_not_text_naming_the_line(
+    checkpoint, capsys, monkeypatch, data, message, flags
+):
     stdin_bytes(monkeypatch, data)
-    assert message in refused(translate_command.main, [checkpoint], capsys)
+    assert message in refused(translate_command.main, [checkpoint, *flags], capsys)
 
 
 def test_translate_reads_gzip_and_names_the_file_and_line_of_bad_bytes(checkpoint, tmp_path, capsys):
@@ -304,24 +316,38 @@ def test_a_sentence_over_the_limit_is_refused_before_translating(copy, tmp_path,
     length = len(AutoTokenizer.from_pretrained(copy)(long)["input_ids"])
     source = tmp_path / "input.en"
     source.write_text(f"A dog.\n{long}\nA cat.\n{long}\n", encoding="utf-8")
+    # One sentence a line: each line of 40 sentences is one sentence over the limit (split into sentences, each of
+    # its sentences is short: tests/cli/test_translate_paragraphs.py has the limit on a split line).
+    whole = "--no_split_sentences"
     expected = (
         f"{source}, one sentence a line: sentence 2 is {length} tokens long, more than the limit of 64 "
         "(max_input_tokens; 2 sentence(s) over it: [2, 4]); expected shorter sentences"
     )
-    assert expected in refused(translate_command.main, [copy, "--input", source], capsys)
-    argv = [copy, "--input", source, "--max_input_tokens", length - 1]
+    assert expected in refused(translate_command.main, [copy, "--input", source, whole], capsys)
+    argv = [copy, "--input", source, "--max_input_tokens", length - 1, whole]
     assert f"more than the limit of {length - 1} (max_input_tokens" in refused(translate_command.main, argv, capsys)
-    translate_command.main([str(copy), "--input", str(source), "--max_input_tokens", str(length), *FAST])
+    translate_command.main([str(copy), "--input", str(source), "--max_input_tokens", str(length), whole, *FAST])
+    assert capsys.readouterr().out.count("\n") == 4
+    translate_command.main([str(copy), "--input", str(source), *FAST])  # split: 40 short sentences a line
     assert capsys.readouterr().out.count("\n") == 4
 
 
 def test_translate_function_refuses_what_it_cannot_translate(checkpoint):
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(checkpoint), AutoTokenizer.from_pretrained(checkpoint)
+    whole = {"split_sentences": False}  # one sentence a line
     cases = [
         ("A man.", {}, InputError, "sentences is a str; expected a list of sentences"),
-        (["A man.", None], {}, InputError, "sentence 2 is a NoneType; expected a str"),
-        (["A man.", " "], {}, InputError, "sentence 2 is empty"),
-        (["A man."], {"max_input_tokens": 2}, InputError, r"sentence 1 is \d+ tokens long, more than the limit of 2"),
+        ("A man.", whole, InputError, "sentences is a str; expected a list of sentences"),
+        (["A man.", None], whole, InputError, "sentence 2 is a NoneType; expected a str"),
+        (["A man.", None], {}, InputError, "line 2 is a NoneType; expected a str"),
+        (["A man.", " "], whole, InputError, "sentence 2 is empty"),
+        (["A man."], whole | {"max_input_tokens": 2}, InputError, r"^sentence 1 is \d+ tokens long, more than"),
+        (
+            ["A man."],
+            {"max_input_tokens": 2},
+            InputError,
+            r"line 1, sentence 1 \('A man.'\) is \d+ tokens long, more than the limit of 2",
+        ),
         (
             ["A man."],
             {"max_input_tokens": 0},
@@ -668,5 +694,6 @@ def test_training_text_holding_nul_is_refused_with_file_and_line(tmp_path):
     source = tmp_path / "train.en"
     source.write_bytes(b"A man.\n" + "Two dogs.\n".encode("utf-16-le"))
     (tmp_path / "train.de").write_text("Ein Mann.\nZwei Hunde.\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"train\.en, line 2: holds a NUL character; expected UTF-8 text"):
+    refused = r"train\.en, line 2: holds a NUL character \(byte 8 of the input\); expected UTF-8"  # 7 + "T"
+    with pytest.raises(ValueError, match=refused):
         load_text_pairs(source, tmp_path / "train.de", "en", "de")

@@ -1,7 +1,9 @@
 import json
 
 import pytest
+import torch
 from transformers import AutoConfig
+from transformers.cache_utils import Cache
 
 from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
 
@@ -85,3 +87,16 @@ def test_config_round_trip_through_auto_config(tmp_path):
     assert {k: v for k, v in loaded.to_dict().items() if k in expected and k != "_name_or_path"} == {
         k: v for k, v in expected.items() if k != "_name_or_path"
     }
+
+
+def test_keys_ignored_at_inference_are_the_cache_the_model_returns():
+    # The Trainer drops these fields from a forward's outputs before gathering the logits of an evaluation: each must
+    # be a field the model returns, and together they must leave no cache behind.
+    config = VaswaniConfig(vocab_size=50, d_model=16, d_ff=32, num_heads=2, encoder_layers=1, decoder_layers=1)
+    model = VaswaniForConditionalGeneration(config).eval()
+    ids = torch.tensor([[5, 6, 7, 2]])
+    outputs = model(input_ids=ids, decoder_input_ids=ids[:, :2], use_cache=True)  # a cache: no labels given
+    ignored = config.keys_to_ignore_at_inference
+    assert ignored and set(ignored) <= set(outputs.keys()), (ignored, list(outputs.keys()))
+    kept = {name: value for name, value in outputs.items() if name not in ignored}
+    assert not any(isinstance(value, Cache) for value in kept.values()), list(kept)

@@ -11,6 +11,7 @@ import copy
 import pytest
 import torch
 from helpers.tiny_models import padded_batch, tiny_config, tiny_model
+from transformers import LogitsProcessor, LogitsProcessorList, TopKLogitsWarper
 
 import modeling_vaswani.kernels_vaswani as kernels
 from modeling_vaswani.generation_vaswani import DecoderSteps
@@ -351,6 +352,33 @@ def test_missing_onednn_ops_are_an_error_naming_them(monkeypatch):
         assert Linear(4, 3)(torch.randn(2, 4)).shape == (2, 3)
 
 
+@pytest.mark.skipif(not ONEDNN_LINEAR, reason="this torch has no oneDNN")
+def test_changed_onednn_ops_are_an_error_naming_them(monkeypatch):
+    assert kernels.onednn_ops_differ() is None  # this torch's private ops and version counter work as Linear expects
+    # As if torch's op changed what it computes (here: the bias left out), the first product says so and stops.
+    monkeypatch.setattr(
+        kernels,
+        "onednn_linear",
+        lambda x, weight, bias=None: torch.ops.mkldnn._linear_pointwise.default(x, weight, None, "none", [], ""),
+    )
+    kernels.onednn_ops_differ.cache_clear()
+    try:
+        with pytest.raises(RuntimeError, match=r"torch.ops.mkldnn._linear_pointwise.*changed: their product differs"):
+            Linear(4, 3)(torch.randn(2, 4))
+    finally:
+        kernels.onednn_ops_differ.cache_clear()
+
+
+def batch_sizes_left(monkeypatch) -> list[int]:
+    """The sentences kept each time finished ones leave the batch (DecoderSteps.select, run as it is)."""
+    selected = []
+    original = DecoderSteps.select
+    monkeypatch.setattr(
+        DecoderSteps, "select", lambda self, kept, k: selected.append(len(kept)) or original(self, kept, k)
+    )
+    return selected
+
+
 @pytest.mark.parametrize(
     "settings",
     [
@@ -366,11 +394,7 @@ def test_paper_decoding_gives_the_same_tokens_whether_finished_sentences_leave_t
 ):
     """Without return_dict_in_generate finished sentences leave the batch (DecoderSteps.select); with it, every
     sentence is carried to the end: the same tokens."""
-    selected = []
-    original = DecoderSteps.select
-    monkeypatch.setattr(
-        DecoderSteps, "select", lambda self, kept, k: selected.append(len(kept)) or original(self, kept, k)
-    )
+    selected = batch_sizes_left(monkeypatch)
     shrinking = model.generate(**batch, paper_decoding=True, **settings)
     # Capped at 7 tokens, the sentences reach the cap together; otherwise some finish first and leave.
     assert bool(selected) == ("max_new_tokens" not in settings), selected
@@ -378,3 +402,38 @@ def test_paper_decoding_gives_the_same_tokens_whether_finished_sentences_leave_t
     full = model.generate(**batch, paper_decoding=True, return_dict_in_generate=True, **settings).sequences
     assert not selected
     assert torch.equal(shrinking, full)
+
+
+class RowBias(LogitsProcessor):
+    """Not row-wise: favours a token by the row's place in the batch, which changes when a sentence leaves."""
+
+    def __call__(self, input_ids, scores):
+        return scores + torch.arange(scores.shape[0])[:, None] * torch.nn.functional.one_hot(
+            torch.tensor(7), scores.shape[-1]
+        )
+
+
+class TopKByPlace(TopKLogitsWarper):
+    """A subclass of a row-wise processor of transformers' that is no longer row-wise."""
+
+    def __call__(self, input_ids, scores):
+        return RowBias()(input_ids, super().__call__(input_ids, scores))
+
+
+@pytest.mark.parametrize(
+    "settings, shrinks",
+    [
+        ({}, True),
+        ({"repetition_penalty": 1.3, "top_k": 20}, True),  # transformers' row-wise processors
+        ({"encoder_repetition_penalty": 1.3}, False),  # holds each sentence's source by its row
+        ({"logits_processor": LogitsProcessorList([RowBias()])}, False),
+        ({"logits_processor": LogitsProcessorList([TopKByPlace(5)])}, False),
+    ],
+    ids=["none", "row-wise", "encoder-repetition", "custom", "subclass"],
+)
+def test_the_batch_shrinks_only_under_processors_known_to_be_row_wise(model, batch, settings, shrinks, monkeypatch):
+    selected = batch_sizes_left(monkeypatch)
+    shrinking = model.generate(**batch, paper_decoding=True, num_beams=1, **settings)
+    assert bool(selected) == shrinks, selected
+    full = model.generate(**batch, paper_decoding=True, num_beams=1, return_dict_in_generate=True, **settings)
+    assert torch.equal(shrinking, full.sequences)

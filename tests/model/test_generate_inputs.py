@@ -165,12 +165,18 @@ def test_the_pipeline_refuses_a_text_longer_than_the_model_takes(small_checkpoin
     model = AutoModelForSeq2SeqLM.from_pretrained(small_checkpoint, max_position_embeddings=limit).eval()
     translator = pipeline("vaswani-translation", model=model, tokenizer=tokenizer)
     assert len(translator(short, max_new_tokens=3)) == 1
-    refused = f"the text is {tokens} tokens long, more than the limit of {limit} (the model's max_position_embeddings)"
-    with pytest.raises(ValueError, match=re.escape(refused)):
-        translator(long)
-    with pytest.raises(ValueError, match=re.escape(refused)):
-        translator([short, long], batch_size=2)
-    with pytest.raises(ValueError, match=re.escape(f"the text is {limit} tokens long, more than the limit of 3 (")):
+    # Split into sentences (the package's pipeline), a sentence is named by its text and first words; whole (the
+    # payload's, split_sentences=False), the text is.
+    limit_name = f"more than the limit of {limit} (the model's max_position_embeddings)"
+    for texts, split, refused in (
+        (long, True, f"text 1, sentence 1 ('A man in a ...') is {tokens} tokens long, {limit_name}"),
+        ([short, long], True, f"text 2, sentence 1 ('A man in a ...') is {tokens} tokens long, {limit_name}"),
+        (long, False, f"the text is {tokens} tokens long, {limit_name}"),
+        ([short, long], False, f"the text is {tokens} tokens long, {limit_name}"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(refused)):
+            translator(texts, batch_size=2, split_sentences=split)
+    with pytest.raises(ValueError, match=re.escape(f"is {limit} tokens long, more than the limit of 3 (")):
         translator(short, max_input_tokens=3)
     assert len(translator(long, max_input_tokens=tokens, max_new_tokens=3)) == 1
     with pytest.raises(ValueError, match=re.escape("max_input_tokens=0; expected an int of at least 1")):

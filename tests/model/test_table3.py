@@ -80,6 +80,25 @@ def test_table3_lines_set_the_papers_shapes():
     assert VaswaniConfig.table3("big", vocab_size=36000).vocab_size == 36000  # not a Table 3 column: an override
 
 
+# Table 3's base and big lines as the paper prints them: N, d_model, d_ff, h, d_k, d_v, P_drop, eps_ls, train steps.
+PAPER_LINES = {
+    "base": (6, 512, 2048, 8, 64, 64, 0.1, 0.1, 100_000),
+    "big": (6, 1024, 4096, 16, 64, 64, 0.3, 0.1, 300_000),
+}
+
+
+@pytest.mark.parametrize("row", PAPER_LINES)
+def test_base_and_big_are_the_papers_lines_of_table_3(row):
+    """VaswaniConfig.base()/big() and table3(row), both read from TABLE_3, against the paper's numbers written here:
+    a change to either the table or the constructors that makes them disagree with the paper fails."""
+    n, d_model, d_ff, h, d_k, d_v, p_drop, eps_ls, steps = PAPER_LINES[row]
+    for config in (getattr(VaswaniConfig, row)(), VaswaniConfig.table3(row)):
+        shape = (config.encoder_layers, config.decoder_layers, config.d_model, config.d_ff, config.num_heads)
+        assert (*shape, config.d_k, config.d_v, config.dropout) == (n, n, d_model, d_ff, h, d_k, d_v, p_drop)
+        assert config.position_embedding_type == "sinusoidal"
+    assert VaswaniConfig.table3_training_arguments(row) == {"label_smoothing_factor": eps_ls, "max_steps": steps}
+
+
 def test_table3_training_arguments_carry_eps_ls_and_steps():
     assert VaswaniConfig.table3_training_arguments("base") == {"label_smoothing_factor": 0.1, "max_steps": 100_000}
     assert VaswaniConfig.table3_training_arguments("D", label_smoothing_factor=0.2)["label_smoothing_factor"] == 0.2

@@ -6,8 +6,8 @@ OUTPUT_DIR/ablation.md and ablation.png.
     vaswani-ablate --preset base --rows base A:h=1 C:N=2 D:eps_ls=0.0 --dataset_name wmt14 ...   # see README
 
 A row is ROW or ROW:NAME=VALUE[,NAME=VALUE], a line of Table 3 in the paper's terms; how a line applies to a preset
-other than base: modeling_vaswani/toolkit/ablation.py. Every flag of vaswani-train works (--help lists them), except
-those that would not measure Table 3's columns (--model_name_or_path, --resume_from_checkpoint,
+other than base: modeling_vaswani/toolkit/training/ablation.py. Every flag of vaswani-train works (--help lists
+them), except those that would not measure Table 3's columns (--model_name_or_path, --resume_from_checkpoint,
 --average_last_checkpoints, --no_paper_decoding).
 """
 

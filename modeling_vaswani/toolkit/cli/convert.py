@@ -1,5 +1,5 @@
-"""Converts real weights into a Vaswani checkpoint that computes what they compute (toolkit/convert_marian.py,
-toolkit/convert_fairseq.py).
+"""Converts real weights into a Vaswani checkpoint that computes what they compute (toolkit/interop/marian.py,
+toolkit/interop/fairseq.py).
 
 vaswani-convert marian Helsinki-NLP/opus-mt-en-de runs/opus-mt-en-de
 vaswani-convert marian path/to/marian_folder runs/converted
@@ -16,8 +16,9 @@ anything is written.
 
 import argparse
 
+from ..interop.convert import departures
 from ..interop.fairseq import convert_fairseq_checkpoint, find_release_files
-from ..interop.marian import convert_marian_checkpoint, departures
+from ..interop.marian import convert_marian_checkpoint
 from ..runtime import apply_process_settings
 from .shell import command
 

@@ -7,8 +7,9 @@
 
 Prints sacreBLEU with its signature (the number to report), tokenized BLEU with compound splitting (the paper's
 way, for comparison with its table), chrF2 and TER with their signatures, then all of it as one JSON line. Files are
-read as training data is (UTF-8, split on "\\n" only, no empty line); everything is checked before the first sentence
-is translated, --output and the sentences' lengths included.
+read as training data is (UTF-8, split on "\\n" only, no empty line), and each line is translated whole, as the one
+sentence its reference is aligned with (no sentence splitting, unlike vaswani-translate); everything is checked before
+the first sentence is translated, --output and the sentences' lengths included.
 """
 
 import argparse
@@ -63,8 +64,9 @@ def main(argv=None):
     limit = input_token_limit(model, arguments.max_input_tokens)
     try:
         hypotheses = translate(
-            model, tokenizer, sources, arguments.batch_size, max_input_tokens=limit, max_tokens=arguments.max_tokens
-        )
+            model, tokenizer, sources, arguments.batch_size, max_input_tokens=limit, max_tokens=arguments.max_tokens,
+            split_sentences=False,  # a test set is sentence-aligned with its references: each line one sentence
+        )  # fmt: skip
     except InputError as error:
         raise InputError(f"{source}, one sentence a line: {error}") from None
     if arguments.output:

@@ -1,4 +1,4 @@
-"""Exports a checkpoint to CTranslate2 (toolkit/export_ctranslate2.py), the runtime that serves translation on CPUs.
+"""Exports a checkpoint to CTranslate2 (toolkit/interop/ctranslate2.py), the runtime that serves translation on CPUs.
 
 vaswani-export-ctranslate2 runs/small/averaged runs/small/ct2
 vaswani-export-ctranslate2 runs/small/averaged runs/small/ct2-int8 --quantization int8

@@ -4,6 +4,10 @@ vaswani-serve runs/small/averaged                 # open http://127.0.0.1:8000; 
 vaswani-serve runs/small/averaged runs/en-fr/averaged --port 8080
 vaswani-serve runs/small/averaged --host 0.0.0.0 --api_keys_file keys.txt --rate_limit 120/minute
 
+A text sent to /translate may hold a paragraph: it is split into sentences by the rules of the model's source language
+(--source_lang for every served model, else the one each model's training recorded, else generic rules), and its
+translations joined with its own spacing; `"split_sentences": false` in a request translates each text whole.
+
 Beyond this machine (--host other than a loopback address) every API request must carry a key (Authorization: Bearer
 KEY), unless --allow_anonymous is given. The address is taken before any model loads, so a port in use or out of
 range is refused at once.
@@ -16,6 +20,7 @@ import socket
 import sys
 from pathlib import Path
 
+from ..evaluation.translate import source_language
 from ..serving.engines import load_translator
 from .arguments import add_model_arguments, check_models, positive_int
 from .shell import command
@@ -52,6 +57,11 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         "--allow_anonymous", action="store_true", help="serve without keys beyond this machine (--host)"
     )
     access.add_argument("--rate_limit", help="requests a client (key, else address) may make, e.g. 120/minute")
+    parser.add_argument(
+        "--source_lang",
+        help="the language whose rules split texts into sentences, for every model (default: each model's source "
+        "language, as its training recorded it; else generic rules)",
+    )
     add_model_arguments(parser)
     return parser.parse_args(argv)
 
@@ -107,7 +117,11 @@ def main(argv=None):
     loading = (arguments.revision, arguments.trust_remote_code, arguments.engine)
     check_models(arguments.models, arguments.revision)  # each model found before the first loads
     models = {name: load_translator(name, *loading) for name in arguments.models}
-    app = create_app(models, limits, keys=keys, rate_limit=arguments.rate_limit)
+    languages = {
+        name: source_language(name, tokenizer, arguments.source_lang, arguments.revision)
+        for name, (_, tokenizer) in models.items()
+    }
+    app = create_app(models, limits, keys=keys, rate_limit=arguments.rate_limit, languages=languages)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # the access log's JSON lines
     serve(app, sock, arguments.timeout_s)
 

@@ -1,26 +1,55 @@
 """Translates a file (or standard input) with a checkpoint, one output line per input line.
 
-vaswani-translate runs/small/averaged --input sentences.en --output sentences.de
-echo "A man rides a bike." | vaswani-translate runs/small/averaged
-vaswani-translate runs/small/averaged          # type a sentence: its translation comes back at once
-vaswani-translate runs/small/ct2 --input sentences.en       # a vaswani-export-ctranslate2 folder, run by CTranslate2
-vaswani-translate runs/a/averaged runs/b/averaged --input sentences.en   # an ensemble of two models
+vaswani-translate runs/small/averaged --input text.en --output text.de
+echo "A man rides a bike. Two dogs play." | vaswani-translate runs/small/averaged
+vaswani-translate runs/small/averaged          # type a line: its translation comes back at once
+vaswani-translate runs/small/ct2 --input text.en           # a vaswani-export-ctranslate2 folder, run by CTranslate2
+vaswani-translate runs/a/averaged runs/b/averaged --input text.en        # an ensemble of two models
+vaswani-translate runs/small/averaged --input test.en --no_split_sentences   # already one sentence a line
 
-Input is UTF-8 text, one sentence a line, split on "\\n" only as training data is. Refused before any sentence is
-translated: bad counts, an --output that cannot be written (or is the input), a model folder that does not exist or
-whose weights are damaged, input that is empty, not UTF-8 or binary, an empty line, and a sentence longer than
---max_input_tokens. What can be checked before a model loads is: the --input and --target_prefix files (and standard
-input when it is a file) are read, and every model of an ensemble is found, before the first one loads.
+Input is UTF-8 text, split into lines on "\\n" only as training data is. A line may hold a paragraph: it is split
+into sentences (sentencex, by the rules of the model's source language: --source_lang, else the one the training run
+recorded in results.json or the tokenizer's configuration, else generic rules, said once), the sentences of all lines
+are translated in the same batches, and each line's translations are joined with the line's own spacing (indentation,
+the spaces and tabs between sentences). One output line per input line, always: an empty or blank line gives an empty
+line. --no_split_sentences translates each line whole, as one sentence, and refuses an empty line (input already one
+sentence a line, such as a test set).
+
+Refused before any sentence is translated: bad counts, an --output that cannot be written (or is the input), a model
+folder that does not exist or whose weights are damaged, input that is empty, not UTF-8 or binary, a sentence longer
+than --max_input_tokens (named by its line and first words), and with --no_split_sentences an empty line. What can be
+checked before a model loads is: the --input and --target_prefix files (and standard input when it is a file) are
+read, and every model of an ensemble is found, before the first one loads.
 
 From a pipe or a terminal (no --input, --output or --target_prefix), lines are translated as they arrive: those that
 came in together as one batch, each answered before more input is read (a bad line ends the run there, every line
 before it answered, those that came in with it too). A file given with --input, or redirected with <, is read whole
 and batched by length.
 
---nbest N writes N lines a sentence, best first, Moses style: the sentence's number from 0, its translation and the
+--nbest N writes N lines a sentence, best first, Moses style: the line's number from 0, its translation and the
 score the beam search ranked it by, log P(Y|X) / lp(Y) (natural logarithm; |Y| counts </s>): under the paper's
 decoding Section 6.1's lp(Y) = ((5 + |Y|) / 6)^alpha, with --no_paper_decoding transformers' |Y|^alpha. Times lp(Y) it
-is the log P(Y|X) vaswani-score gives the same translation.
+is the log P(Y|X) vaswani-score gives the same translation. An empty line has no hypotheses (no lines with its
+number), and a line that splits into several sentences is refused (give --no_split_sentences to translate it whole).
+A --target_prefix line starts the translation of its line's first sentence.
+
+--alignments writes each line as Marian's --alignment does: the translation, " ||| " and its word alignment in
+Pharaoh format, "i-j" for source word i and target word j, space-separated ("A man rides. ||| 0-0 1-1 2-2"). Words
+are the line's and the translation's whitespace-separated words, counted from 0 across a paragraph's sentences (the
+input line's words, the output line's words); each target word is linked to the source word the model attends to most
+(docs/documents.md#word-alignments). An empty line gives " ||| ", and a sentence translated as nothing links no
+words; split an output line at its last " ||| ". It needs a PyTorch checkpoint's attention weights: a CTranslate2
+export is refused (give the checkpoint it was exported from), and so is --nbest. With an ensemble, the translation is
+the ensemble's and its alignment the first model's attention over it.
+
+--format html translates an HTML document, the default for an --input ending in .html or .htm: the whole input is one
+document (a page, or a fragment of one), its block elements' text translated sentence by sentence, written back whole
+with its markup; --format xml-inline translates each line as a line with inline tags (<b>, <i>, <a href="...">,
+<br/>), one output line per input line, written as well-formed XML; --format text (the default otherwise) reads tags
+as text. Tags are put back around the target words the first model's word alignment links to the words they wrapped;
+<script>, <style>, <code>, <pre> and translate="no" content is kept as it is; malformed HTML is repaired as lxml
+repairs it (docs/documents.md#markup). Markup needs a PyTorch checkpoint's attention weights (a CTranslate2 export is
+refused), and goes with none of --nbest, --alignments, --target_prefix, --no_split_sentences.
 """
 
 import argparse
@@ -28,11 +57,21 @@ import os
 import stat
 import sys
 
+from ..checkpoints import local_folder
 from ..data.corpora import iter_arrived_lines, iter_text_lines
-from ..evaluation.translate import InputError, input_token_limit, translate, translate_nbest, write_lines
+from ..evaluation.alignment import pharaoh, translate_aligned
+from ..evaluation.documents import translate_markup
+from ..evaluation.translate import (
+    InputError,
+    input_token_limit,
+    source_language,
+    translate,
+    translate_nbest,
+    write_lines,
+)
 from ..outputs import atomic_text
 from ..runtime import apply_process_settings
-from ..serving.engines import load_ensemble
+from ..serving.engines import load_ensemble, runs_on_ctranslate2
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,
@@ -53,7 +92,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
         help="checkpoint folder or Hub id (with its tokenizer), or an exported folder; several checkpoints that share "
         "a tokenizer decode as an ensemble (their log-probabilities averaged at each step)",
     )
-    parser.add_argument("--input", help="text file, one sentence a line (default: standard input)")
+    parser.add_argument("--input", help="text file, a paragraph or sentence a line (default: standard input)")
     parser.add_argument("--output", help="where to write the translations (default: standard output)")
     add_batch_arguments(parser)
     parser.add_argument("--num_beams", type=positive_int, help="beam size (default: the checkpoint's, 4)")
@@ -63,8 +102,30 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
         help="write the N best hypotheses a sentence, Moses style: 'id ||| translation ||| score' (see --help's end)",
     )
     parser.add_argument(
+        "--alignments",
+        action="store_true",
+        help="write 'translation ||| 0-0 1-2 ...' (Marian's --alignment): source-target word pairs, whitespace-"
+        "separated words counted from 0 in the input line and in the translation (see --help's end)",
+    )
+    parser.add_argument(
         "--target_prefix",
-        help="a file of one prefix a line (empty for none): each translation starts with its line's prefix",
+        help="a file of one prefix a line (empty for none): each line's translation starts with its prefix",
+    )
+    parser.add_argument(
+        "--no_split_sentences",
+        action="store_true",
+        help="translate each line whole, as one sentence (input already one sentence a line; an empty line refused)",
+    )
+    parser.add_argument(
+        "--source_lang",
+        help="the language whose rules split lines into sentences (default: the model's source language, as its "
+        "training recorded it; else generic rules)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=("text", "html", "xml-inline"),
+        help="html: the input is one HTML document; xml-inline: lines with inline tags; text: tags are text "
+        "(default: html for an --input ending in .html or .htm, else text; see --help's end)",
     )
     parser.add_argument("--no_paper_decoding", action="store_true", help="transformers' own length penalty and limit")
     parser.add_argument("--max_new_tokens", type=positive_int, help="the output length limit (lowers the paper's)")
@@ -72,6 +133,29 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     arguments = parser.parse_args(argv)
     if len(arguments.model) > 1 and arguments.no_paper_decoding:
         parser.error("an ensemble (several models) decodes with the paper's decoding; drop --no_paper_decoding")
+    if arguments.alignments and arguments.nbest:
+        parser.error("--alignments aligns each line's one translation; drop --nbest or --alignments")
+    if arguments.source_lang is not None and arguments.no_split_sentences:
+        parser.error("--source_lang chooses how lines are split into sentences; drop it or --no_split_sentences")
+    if arguments.format is None:
+        html = (arguments.input or "").lower().endswith((".html", ".htm"))
+        arguments.format = "html" if html else "text"
+    if arguments.format != "text":
+        clashing = [
+            flag
+            for flag, given in (
+                ("--nbest", arguments.nbest),
+                ("--alignments", arguments.alignments),
+                ("--target_prefix", arguments.target_prefix),
+                ("--no_split_sentences", arguments.no_split_sentences),
+            )
+            if given
+        ]
+        if clashing:
+            parser.error(
+                f"--format {arguments.format} writes the translation with its markup, one way; drop "
+                f"{' and '.join(clashing)} or give --format text"
+            )
     return parser, arguments
 
 
@@ -82,8 +166,18 @@ def main(argv=None):
     if arguments.output:
         check_output_path(arguments.output, [arguments.input, arguments.target_prefix])
     check_models(arguments.model, arguments.revision)  # a typo in the second model is not found after the first loads
+    if arguments.alignments and runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
+        raise ValueError(
+            f"--alignments needs a PyTorch checkpoint's attention weights; {arguments.model[0]} runs on CTranslate2, "
+            "which gives one layer's attention fixed at export: give the checkpoint it was exported from"
+        )
+    if arguments.format != "text" and runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
+        raise ValueError(
+            f"--format {arguments.format} places tags by the model's attention weights; {arguments.model[0]} runs on "
+            "CTranslate2, which gives none: give the checkpoint it was exported from, or --format text"
+        )
     streaming = arguments.input is None and arguments.output is None and arguments.target_prefix is None
-    streaming = streaming and is_stream(0)
+    streaming = streaming and is_stream(0) and arguments.format != "html"  # a document is read whole
     # Before any model loads, what can be read is: the files, and standard input where it is one (a pipe or a
     # terminal is read once the model is there: its lines may take their time to come).
     sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
@@ -95,35 +189,61 @@ def main(argv=None):
     generate_kwargs = {k: v for k in ("num_beams", "max_new_tokens") if (v := getattr(arguments, k)) is not None}
     if others:
         generate_kwargs["ensemble"] = others
+    split = not arguments.no_split_sentences
     settings = {
         "batch_size": arguments.batch_size,
         "max_tokens": arguments.max_tokens,
         "paper_decoding": not arguments.no_paper_decoding,
         "max_input_tokens": limit,
+        "split_sentences": split,
         **generate_kwargs,
     }
+    if split:  # the flag, else what the first model's run recorded (results.json, its tokenizer), else generic rules
+        language = source_language(arguments.model[0], tokenizer, arguments.source_lang, arguments.revision)
+        settings["language"] = language
 
-    def render(sentences: list[str], first: int = 0, prefixes: list[str] | None = None, progress: bool = True):
-        """The output lines for `sentences`, numbered from `first` in n-best lists."""
+    def render(lines: list[str], first: int = 0, prefixes: list[str] | None = None, progress: bool = True):
+        """The output lines for `lines`, the first of them the input's line `first` (from 0): in n-best lists their
+        numbers, in errors (with sentence splitting) their line numbers."""
+        where = {"first_line": first + 1} if split else {}
+        if arguments.format != "text":
+            markup = {key: value for key, value in settings.items() if key != "split_sentences"}
+            return translate_markup(
+                model, tokenizer, lines, arguments.format, progress=progress, first=first + 1, **markup
+            )  # fmt: skip
+        if arguments.alignments:
+            aligned = translate_aligned(
+                model, tokenizer, lines, target_prefixes=prefixes, progress=progress, **where, **settings
+            )  # fmt: skip
+            return [f"{line.text} ||| {pharaoh(line.alignment)}" for line in aligned]
         if not arguments.nbest:
-            return translate(model, tokenizer, sentences, target_prefixes=prefixes, progress=progress, **settings)
+            return translate(
+                model, tokenizer, lines, target_prefixes=prefixes, progress=progress, **where, **settings
+            )  # fmt: skip
         lists = translate_nbest(
-            model, tokenizer, sentences, arguments.nbest, target_prefixes=prefixes, progress=progress, **settings
-        )
+            model, tokenizer, lines, arguments.nbest, target_prefixes=prefixes, progress=progress, **where,
+            **settings,
+        )  # fmt: skip
         return [
             f"{first + i} ||| {h.text} ||| {h.score:.4f}" for i, hypotheses in enumerate(lists) for h in hypotheses
         ]
 
     if streaming:
-        stream(render)
+        stream(render, split)
         return
     if sentences is None:  # a pipe or a terminal, read whole
         sentences = read_input(None)
         check_prefix_count(arguments.target_prefix, prefixes, len(sentences))
+    if arguments.format == "html":  # one document, its lines joined back as they were read
+        sentences = ["\n".join(sentences)]
     try:
         lines = render(sentences, prefixes=prefixes)
-    except InputError as error:
-        raise InputError(f"{arguments.input or 'standard input'}, one sentence a line: {error}") from None
+    except InputError as error:  # with splitting, the error names the line; without, the sentence is the line
+        kind = "" if split else ", one sentence a line"
+        raise InputError(f"{arguments.input or 'standard input'}{kind}: {error}") from None
+    if arguments.format == "html":  # its line breaks are the document's own, not one line a translation
+        write_document(lines[0], arguments.output)
+        return
     write(lines, arguments.output)
 
 
@@ -133,29 +253,34 @@ def is_stream(fd: int) -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or os.isatty(fd)
 
 
-def stream(render) -> None:
+def stream(render, split: bool = True) -> None:
     """Translates standard input as it arrives (a pipe, a terminal): the lines that have come in, as one batch, are
-    written and flushed before more are read. A bad line (not text, empty, over the limits) ends the run with its
-    error after every line before it has been answered, those that came in the same read included."""
+    written and flushed before more are read. A bad line (not text, over the limits; with `split` False, empty) ends
+    the run with its error after every line before it has been answered, those that came in the same read
+    included."""
     output, lines_read = utf8_stdout(), 0
     # A line that is not text: the lines before it in its read come as a group first, then its error.
     for group in iter_arrived_lines(sys.stdin.fileno(), "standard input"):
-        answer(render, group, output)
+        answer(render, group, output, split)
         lines_read = group[-1][0]
     if not lines_read:
         raise ValueError("standard input is empty; expected one sentence per line")
 
 
-def answer(render, group: list[tuple[int, str]], output) -> None:
+def answer(render, group: list[tuple[int, str]], output, split: bool = True) -> None:
     """Writes and flushes the translations of `group`, numbered lines translated as one batch. Where one of them
-    cannot be translated (InputError naming its sentence), the lines before it are answered first, then its error
-    is raised: no good line goes unanswered because a bad one came in the same read."""
+    cannot be translated (InputError whose `sentence` is its place in the group, from 1), the lines before it are
+    answered first, then its error is raised: no good line goes unanswered because a bad one came in the same read.
+    With sentence splitting the error names the line by its number in the whole input; without, the sentence at
+    fault is counted from the group's first line."""
     first = group[0][0]
     try:
         lines = render([text for _, text in group], first=first - 1, progress=False)
     except InputError as error:
         if error.sentence is not None and error.sentence > 1:
-            answer(render, group[: error.sentence - 1], output)  # raises in turn for an earlier bad line
+            answer(render, group[: error.sentence - 1], output, split)  # raises in turn for an earlier bad line
+        if split:
+            raise InputError(f"standard input: {error}") from None
         counted = "" if first == 1 else f", counting from line {first}"
         raise InputError(f"standard input, one sentence a line{counted}: {error}") from None
     write_lines(lines, output)
@@ -163,8 +288,8 @@ def answer(render, group: list[tuple[int, str]], output) -> None:
 
 
 def read_prefixes(path: str | None, sentences: int | None) -> list[str] | None:
-    """The lines of the --target_prefix file, one per input sentence (an empty line: no prefix); their count is
-    checked where the number of `sentences` is known."""
+    """The lines of the --target_prefix file, one per input line (an empty line: no prefix; a line's prefix starts
+    the translation of its first sentence); their count is checked where the number of input lines is known."""
     if path is None:
         return None
     prefixes = [text for _, text in iter_text_lines(path)]
@@ -176,8 +301,8 @@ def read_prefixes(path: str | None, sentences: int | None) -> list[str] | None:
 def check_prefix_count(path: str | None, prefixes: list[str] | None, sentences: int) -> None:
     if prefixes is not None and len(prefixes) != sentences:
         raise ValueError(
-            f"--target_prefix {path} has {len(prefixes)} lines; expected {sentences}, one per input sentence (an "
-            "empty line for none)"
+            f"--target_prefix {path} has {len(prefixes)} lines; expected {sentences}, one per input line (an empty "
+            "line for none)"
         )
 
 
@@ -189,6 +314,15 @@ def write(translations: list[str], output: str | None) -> None:
             write_lines(translations, target)
         return
     write_lines(translations, utf8_stdout())
+
+
+def write_document(text: str, output: str | None) -> None:
+    """`text`, a whole document, and a final line break, to `output` (atomically) else to standard output."""
+    if output:
+        with atomic_text(output) as target:
+            target.write(text + "\n")
+        return
+    utf8_stdout().write(text + "\n")
 
 
 if __name__ == "__main__":  # python -m modeling_vaswani.toolkit.cli.translate, as under accelerate launch -m

@@ -76,21 +76,28 @@ def iter_stream_lines(stream: BinaryIO, name: object, keep_ends: bool = False) -
     lose their "\\n" or "\\r\\n" (unless `keep_ends`); a UTF-8 byte-order mark on line 1 is dropped. Invalid UTF-8, and
     NUL, which no text holds but binary data and UTF-16 do, raise a ValueError naming `name` and the line.
     """
+    start = 0
     for number, raw in enumerate(stream, start=1):
-        yield number, decode_line(raw, number, name, keep_ends)
+        yield number, decode_line(raw, number, name, keep_ends, start)
+        start += len(raw)
 
 
-def decode_line(raw: bytes, number: int, name: object, keep_end: bool = False) -> str:
-    """Line `number` of `name` as text, as `iter_stream_lines` decodes it."""
+def decode_line(raw: bytes, number: int, name: object, keep_end: bool = False, start: int = 0) -> str:
+    """Line `number` of `name` as text, as `iter_stream_lines` decodes it; `start` is the line's first byte in the
+    stream (of a .gz file: in its decompressed bytes), so that an error names the byte in the line and in the file."""
     try:
         text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
     except UnicodeDecodeError as error:
         raise ValueError(
-            f"{name}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line); "
-            "expected UTF-8 text"
+            f"{name}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line, byte "
+            f"{start + error.start:,} of the input); expected UTF-8 text"
         ) from None
     if "\0" in text:
-        raise ValueError(f"{name}, line {number}: holds a NUL character; expected UTF-8 text (binary or UTF-16?)")
+        nul = start + raw.index(b"\0")
+        raise ValueError(
+            f"{name}, line {number}: holds a NUL character (byte {nul:,} of the input); "
+            "expected UTF-8 text (binary or UTF-16?)"
+        )
     return text if keep_end else text.removesuffix("\n").removesuffix("\r")
 
 
@@ -100,22 +107,23 @@ def iter_arrived_lines(fd: int, name: object, chunk: int = 1 << 16) -> Iterator[
     the end of its input. Decoded and checked as `iter_stream_lines` does; a line that is not text raises its error
     after the lines before it in the same read have been yielded, so that they are answered first. Written by hand:
     Python's line iterators read ahead, and would wait for more input before returning."""
-    pending, number = b"", 0
+    pending, number, start = b"", 0, 0
     while data := os.read(fd, chunk):
         *complete, pending = (pending + data).split(b"\n")
         group = []
         for raw in complete:
             number += 1
             try:
-                group.append((number, decode_line(raw, number, name)))
+                group.append((number, decode_line(raw, number, name, start=start)))
             except ValueError:
                 if group:
                     yield group
                 raise
+            start += len(raw) + 1
         if group:
             yield group
     if pending:
-        yield [(number + 1, decode_line(pending, number + 1, name))]
+        yield [(number + 1, decode_line(pending, number + 1, name, start=start))]
 
 
 def iter_text_lines(path: str | Path, keep_ends: bool = False) -> Iterator[tuple[int, str]]:

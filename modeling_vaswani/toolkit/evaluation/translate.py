@@ -1,5 +1,8 @@
 """Translating many sentences with a loaded model (PyTorch, or a CTranslate2 export run by serving/), in batches by
-length, with the checks every translating caller makes before any work starts."""
+length, with the checks every translating caller makes before any work starts. With `split_sentences` (the default of
+`translate` and `translate_nbest`) each input is a line that may hold a paragraph: split into sentences
+(data/sentences.py), the sentences of all lines batched together, and each line's translations joined back with its
+own spacing."""
 
 import functools
 import logging
@@ -11,14 +14,16 @@ import torch
 from tqdm.auto import tqdm
 
 from ...generation_vaswani import TRANSFORMERS_MAX_LENGTH
+from ..checkpoints import recorded_source_language
+from ..data.sentences import Layout, split_lines, tokenizer_language
 
 logger = logging.getLogger(__name__)
 
 
 class InputError(ValueError):
     """Sentences that cannot be translated as they are: the message names the first such sentence and why, and
-    `sentence` is its number (from 1) where one sentence is at fault, so that a caller can still answer those before
-    it (vaswani-translate's stream)."""
+    `sentence` is the number (from 1) of the input at fault where one is (the sentence; with split_sentences, the
+    line holding it), so that a caller can still answer the inputs before it (vaswani-translate's stream)."""
 
     def __init__(self, message: str, sentence: int | None = None):
         super().__init__(message)
@@ -50,12 +55,29 @@ def input_token_limit(model, requested: int | None) -> int:
     return limit
 
 
+def sentence_name(layout: Layout | None, number: int, what: str = "sentence") -> str:
+    """How an error names sentence `number` (from 1): "sentence 3", or where the sentences were split from lines
+    (`layout`), by its line and first words: "line 2, sentence 1 ('A man rides ...')"."""
+    return f"{what} {number}" if layout is None else layout.name(number)
+
+
+def input_number(layout: Layout | None, number: int) -> int:
+    """The position (from 1) in the call's input of what holds sentence `number`: the sentence itself, or the line it
+    was split from (InputError.sentence)."""
+    return number if layout is None else layout.line_index(number) + 1
+
+
 def check_sentences(
-    tokenizer, sentences: Sequence[str], max_input_tokens: int | None = None, side: str = "source"
+    tokenizer,
+    sentences: Sequence[str],
+    max_input_tokens: int | None = None,
+    side: str = "source",
+    layout: Layout | None = None,
 ) -> list[int]:
     """Each sentence's length in tokens, `</s>` included, after refusing (InputError) an empty sentence or one of more
     than `max_input_tokens` tokens: under the paper's decoding (up to input + 50 tokens) a sentence of 3,000 tokens
-    would run for minutes. `side` "target" tokenizes them as translations (`text_target`) and names them so."""
+    would run for minutes. `side` "target" tokenizes them as translations (`text_target`) and names them so. Where
+    the sentences were split from lines, `layout` names them by their line (`sentence_name`)."""
     what = "sentence" if side == "source" else f"{side} sentence"
     if isinstance(sentences, str):
         argument = "sentences" if side == "source" else "targets"
@@ -66,16 +88,19 @@ def check_sentences(
         if not sentence.strip():
             expected = "text to translate" if side == "source" else "a translation to score"
             raise InputError(f"{what} {number} is empty; expected {expected}", number)
+    if not sentences:  # nothing to tokenize (a tokenizer refuses an empty batch)
+        return []
     texts = {"text" if side == "source" else "text_target": list(sentences)}
     lengths = [len(ids) for ids in tokenizer(**texts, add_special_tokens=True)["input_ids"]]
     if max_input_tokens is not None:
         over = [number for number, length in enumerate(lengths, start=1) if length > max_input_tokens]
         if over:
+            where = f": {over[:10]}" if layout is None else f", in {layout.unit}s {layout.line_numbers(over)[:10]}"
             raise InputError(
-                f"{what} {over[0]} is {lengths[over[0] - 1]} tokens long, more than the limit of "
-                f"{max_input_tokens} (max_input_tokens; {len(over)} sentence(s) over it: {over[:10]}); "
-                "expected shorter sentences",
-                over[0],
+                f"{sentence_name(layout, over[0], what)} is {lengths[over[0] - 1]} tokens long, more than the limit "
+                f"of {max_input_tokens} (max_input_tokens; {len(over)} sentence(s) over it{where}); expected shorter "
+                "sentences",
+                input_number(layout, over[0]),
             )
     return lengths
 
@@ -91,17 +116,21 @@ def check_limits(**limits: int | None) -> None:
 
 
 def length_batches(
-    lengths: Sequence[int], batch_size: int | None = None, max_tokens: int | None = None
+    lengths: Sequence[int],
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    layout: Layout | None = None,
 ) -> list[list[int]]:
     """The sentences' indices in batches, longest sentence first: each batch at most `batch_size` sentences and at
     most `max_tokens` padded source tokens (its sentences times its longest), where given. A sentence longer than
-    `max_tokens` fits no batch and is refused (InputError), not cut or dropped."""
+    `max_tokens` fits no batch and is refused (InputError, named as `sentence_name` names it), not cut or dropped."""
     if max_tokens is not None and lengths and max(lengths) > max_tokens:
         index = max(range(len(lengths)), key=lengths.__getitem__)
         raise InputError(
-            f"sentence {index + 1} is {lengths[index]} tokens long, more than --max_tokens {max_tokens} (the padded "
-            f"source tokens a batch may hold); expected --max_tokens of at least {lengths[index]}",
-            index + 1,
+            f"{sentence_name(layout, index + 1)} is {lengths[index]} tokens long, more than --max_tokens "
+            f"{max_tokens} (the padded source tokens a batch may hold); expected --max_tokens of at least "
+            f"{lengths[index]}",
+            input_number(layout, index + 1),
         )
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     batches, start = [], 0
@@ -122,6 +151,7 @@ def plan_batches(
     batch_size: int | None,
     max_tokens: int | None,
     max_input_tokens: int | None,
+    layout: Layout | None = None,
 ) -> tuple[list[int], list[list[int]]]:
     """The checks every translating caller makes, before any work: each sentence's length in tokens, and the batches
     (lists of sentence indices) to translate them in. Sentences are batched by length (`length_batches`: longest
@@ -129,12 +159,12 @@ def plan_batches(
     neither limit is given), or as many as `max_tokens` padded source tokens hold, or both limits. Nothing is
     truncated: an empty sentence, which would come back as an empty translation nobody asked for, one longer than
     `max_input_tokens` (no limit when None) and one longer than `max_tokens` are refused (`check_sentences`,
-    `length_batches`)."""
+    `length_batches`; errors name a sentence split from a line by that line, `layout`)."""
     if batch_size is None and max_tokens is None:
         batch_size = DEFAULT_BATCH_SIZE
     check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
-    lengths = check_sentences(tokenizer, sentences, max_input_tokens)
-    return lengths, length_batches(lengths, batch_size, max_tokens)
+    lengths = check_sentences(tokenizer, sentences, max_input_tokens, layout=layout)
+    return lengths, length_batches(lengths, batch_size, max_tokens, layout)
 
 
 def tokenized_batches(
@@ -164,12 +194,15 @@ def output_room(model, lengths: list[int], paper_decoding: bool, generate_kwargs
 
 
 def prefix_ids(
-    tokenizer, target_prefixes: Sequence[str] | None, room: Callable[[], list[int]]
+    tokenizer,
+    target_prefixes: Sequence[str] | None,
+    room: Callable[[], list[int]],
+    layout: Layout | None = None,
 ) -> list[list[int]] | None:
     """The token ids of each target prefix ("" for none: no ids), as the start of a translation (`text_target`,
     without `</s>`); None for no prefixes. Refuses (InputError) a count other than one a sentence, and a prefix that
     leaves its translation no room to go on within the tokens `room()` allows each sentence (it would come back
-    cut)."""
+    cut); where the sentences were split from lines (`layout`), such a prefix is named by its line's number."""
     if target_prefixes is None:
         return None
     room = room()
@@ -180,12 +213,15 @@ def prefix_ids(
     for number, prefix in enumerate(target_prefixes, start=1):
         if not isinstance(prefix, str):
             raise InputError(f'target prefix {number} is a {type(prefix).__name__}; expected a str ("" for none)')
+    if not target_prefixes:  # no sentence, so no prefix (a tokenizer refuses an empty batch)
+        return []
     ids = tokenizer(text_target=list(target_prefixes), add_special_tokens=False)["input_ids"]
     ids = [row if prefix.strip() else [] for row, prefix in zip(ids, target_prefixes, strict=True)]
     for number, (row, limit) in enumerate(zip(ids, room, strict=True), start=1):
         if len(row) >= limit:
+            named = number if layout is None else layout.line_number(number)
             raise InputError(
-                f"target prefix {number} is {len(row)} tokens long and its translation may have {limit}; expected a "
+                f"target prefix {named} is {len(row)} tokens long and its translation may have {limit}; expected a "
                 "shorter prefix, leaving room for the rest of the translation"
             )
     return ids
@@ -202,18 +238,58 @@ def decoding_batches(
     paper_decoding: bool,
     progress: bool,
     generate_kwargs: dict,
+    layout: Layout | None = None,
 ) -> Iterator[tuple[list[int], dict, dict]]:
     """What `translate` and `translate_nbest` decode, batch by batch (their arguments of the same names): the sentence
     indices, their tokenized source and the batch's generate() keyword arguments (its rows' `target_prefix`, when
-    given). Every check (`plan_batches`, `prefix_ids`) is made before the first batch is yielded."""
-    lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens)
+    given). Every check (`plan_batches`, `prefix_ids`) is made before the first batch is yielded; `layout`: the lines
+    the sentences were split from, which errors name."""
+    lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens, layout)
     room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
-    prefixes = prefix_ids(tokenizer, target_prefixes, room)
+    prefixes = prefix_ids(tokenizer, target_prefixes, room, layout)
     for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
         if prefixes is None:
             yield indices, batch, generate_kwargs
         else:
             yield indices, batch, {**generate_kwargs, "target_prefix": [prefixes[i] for i in indices]}
+
+
+def source_language(name: str | None, tokenizer, language: str | None = None, revision: str | None = None):
+    """The language sentences are split by for the model `name` (a folder, an exported folder or a Hub id; None: only
+    the tokenizer is known): `language` where given (a --source_lang flag), else what its training run recorded:
+    results.json's `test_set.source_lang` (`checkpoints.recorded_source_language`), else the `source_lang` of its
+    tokenizer's configuration (vaswani-train records both); None where nothing says (sentencex's generic rules)."""
+    if language:
+        return language
+    recorded = recorded_source_language(name, revision) if name else None
+    return recorded or tokenizer_language(tokenizer)
+
+
+def split_input(
+    lines: Sequence[str],
+    tokenizer,
+    language: str | None,
+    first_line: int = 1,
+    unit: str = "line",
+    labels: Sequence[str] | None = None,
+) -> Layout:
+    """`lines` split into sentences (`data.sentences.split_lines`) by the rules of `language`, else of the source
+    language the tokenizer records, else sentencex's generic ones. Refuses (InputError) `lines` that is a str, and a
+    line that is not a str, naming it by its number counted from `first_line`."""
+    if isinstance(lines, str):
+        raise InputError("sentences is a str; expected a list of sentences (a single sentence in a list)")
+    for number, line in enumerate(lines, start=first_line):
+        if not isinstance(line, str):
+            raise InputError(f"{unit} {number} is a {type(line).__name__}; expected a str", number - first_line + 1)
+    return split_lines(lines, language or tokenizer_language(tokenizer), unit=unit, first=first_line, labels=labels)
+
+
+def split_prefixes(layout: Layout, target_prefixes: Sequence[str] | None) -> list[str] | None:
+    """`Layout.sentence_prefixes`, its refusals as InputError: each line's prefix moved to its first sentence."""
+    try:
+        return layout.sentence_prefixes(target_prefixes)
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
 @torch.no_grad()
@@ -227,22 +303,67 @@ def translate(
     max_input_tokens: int | None = None,
     max_tokens: int | None = None,
     target_prefixes: Sequence[str] | None = None,
+    split_sentences: bool = True,
+    language: str | None = None,
+    first_line: int = 1,
     **generate_kwargs,
 ) -> list[str]:
-    """Translations of `sentences`, in order, one per sentence, by `model`: a checkpoint's, or an exported folder's
+    """Translations of `sentences`, in order, one per input, by `model`: a checkpoint's, or an exported folder's
     `CTranslate2Model` (which decodes the same batches, as close to Section 6.1 as CTranslate2 can). Batched and
     checked by `plan_batches`; decoded with Section 6.1's beam search unless `paper_decoding=False`. With
-    `target_prefixes` (one a sentence, "" for none), each translation starts with its prefix's tokens."""
+    `target_prefixes` (one an input, "" for none), each translation starts with its prefix's tokens.
+
+    With `split_sentences` (the default) each input is a line that may hold a paragraph: it is split into sentences
+    by sentencex's rules for `language` (None: the source language the tokenizer records, else generic rules), the
+    sentences of all lines are batched together, and each line's translations are joined with the whitespace the
+    line had around and between its sentences; an empty or blank line gives "". A line's target prefix starts its
+    first sentence's translation. Errors name a sentence by its line (numbered from `first_line`) and first words,
+    and InputError.sentence is that line's place in `sentences`, counted from 1. `split_sentences=False` translates
+    each input whole, as one sentence (an empty one is refused): for sentence-aligned text such as a test set."""
+    layout, _, translations = translate_sentences(
+        model, tokenizer, sentences, batch_size, paper_decoding, progress, max_input_tokens, max_tokens,
+        target_prefixes, split_sentences, language, first_line, **generate_kwargs,
+    )  # fmt: skip
+    return translations if layout is None else layout.join(translations)
+
+
+@torch.no_grad()
+def translate_sentences(
+    model,
+    tokenizer,
+    sentences: Sequence[str],
+    batch_size: int | None = None,
+    paper_decoding: bool = True,
+    progress: bool = True,
+    max_input_tokens: int | None = None,
+    max_tokens: int | None = None,
+    target_prefixes: Sequence[str] | None = None,
+    split_sentences: bool = True,
+    language: str | None = None,
+    first_line: int = 1,
+    **generate_kwargs,
+) -> tuple[Layout | None, list[str], list[str]]:
+    """What `translate` decodes, before its lines are joined (same arguments): the `Layout` the inputs were split by
+    (None with `split_sentences=False`), the sentences translated (the layout's, else the inputs) and their
+    translations, one a sentence. For callers that need each sentence's translation as well as the lines
+    (`alignment.translate_aligned` aligns sentence by sentence)."""
+    layout = None
+    if split_sentences:
+        layout = split_input(sentences, tokenizer, language, first_line)
+        target_prefixes, sentences = split_prefixes(layout, target_prefixes), layout.sentences
+        if not sentences:  # only empty lines: nothing to translate
+            check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
+            return layout, [], []
     translations = [None] * len(sentences)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs,
+        progress, generate_kwargs, layout,
     )  # fmt: skip
     for indices, batch, kwargs in batches:
         generated = model.generate(**batch, paper_decoding=paper_decoding, **kwargs)
         for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
             translations[index] = text
-    return translations
+    return layout, list(sentences), translations
 
 
 @dataclass
@@ -267,16 +388,32 @@ def translate_nbest(
     max_input_tokens: int | None = None,
     max_tokens: int | None = None,
     target_prefixes: Sequence[str] | None = None,
+    split_sentences: bool = True,
+    language: str | None = None,
+    first_line: int = 1,
     **generate_kwargs,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best translations of each of `sentences`, in order, best first, as `translate` decodes them (the
     first is `translate`'s translation): the finished hypotheses of beam search, so `nbest` may not exceed the number
-    of beams (`num_beams`, else the model's)."""
+    of beams (`num_beams`, else the model's).
+
+    With `split_sentences` (the default, as `translate`) an empty or blank line has no hypotheses ([]), and a line
+    that splits into several sentences is refused (InputError naming it): the n best translations of a paragraph
+    would be n combinations of its sentences' ones. Give `split_sentences=False` (--no_split_sentences) to have such
+    a line translated whole, as one sentence."""
     check_nbest(model, nbest, generate_kwargs.get("num_beams"))
+    layout = None
+    if split_sentences:
+        layout = split_input(sentences, tokenizer, language, first_line)
+        check_one_sentence_a_line(layout)
+        target_prefixes, sentences = split_prefixes(layout, target_prefixes), layout.sentences
+        if not sentences:  # only empty lines: nothing to translate
+            check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
+            return [[] for _ in layout.starts]
     results = [None] * len(sentences)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs,
+        progress, generate_kwargs, layout,
     )  # fmt: skip
     for indices, batch, kwargs in batches:
         if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
@@ -287,7 +424,24 @@ def translate_nbest(
             results[index] = [
                 Hypothesis(tokenizer.decode(ids, skip_special_tokens=True), score) for ids, score in hypotheses
             ]
-    return results
+    if layout is None:
+        return results
+    return [results[start] if layout.count(line) else [] for line, start in enumerate(layout.starts)]
+
+
+def check_one_sentence_a_line(layout: Layout) -> None:
+    """Refuses (InputError) the first line of `layout` that holds more than one sentence: an n-best list is of one
+    sentence's translations."""
+    for line, start in enumerate(layout.starts):
+        if layout.count(line) > 1:
+            number = layout.first + line
+            raise InputError(
+                f"{layout.unit} {number} holds {layout.count(line)} sentences ({layout.name(start + 1)} and "
+                f"{layout.count(line) - 1} more); an n-best list is of one sentence's translations: expected one "
+                f"sentence a {layout.unit}, or the {layout.unit} translated whole as one sentence "
+                "(--no_split_sentences; split_sentences=False)",
+                line + 1,
+            )
 
 
 def check_nbest(model, nbest: int, num_beams: int | None) -> None:

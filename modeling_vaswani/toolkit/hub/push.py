@@ -379,7 +379,7 @@ def push_checkpoint(
         api.create_commit(
             repo_id,
             [*added, *(CommitOperationDelete(path) for path in stale)],
-            commit_message=commit_message or f"Upload {checkpoint.folder.name} with push_to_hub.py",
+            commit_message=commit_message or f"Upload {checkpoint.folder.name} with modeling_vaswani.toolkit.hub.push",
             revision=revision,
             parent_commit=head,
         )

@@ -43,11 +43,17 @@ from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
-from ..outputs import CONVERTED, check_output_folder, save_pretrained
-from .marian import ConversionError
+from .convert import (
+    DECODER_LAYER,
+    ENCODER_LAYER,
+    SHARED_DEPARTURES,
+    ConversionError,
+    convert_checkpoint,
+    converted_model,
+    layer_weight,
+)
 from .pickles import load_weights_only
 
-FAIRSEQ_LAYER_NORM_EPS = 1e-5  # fairseq's LayerNorm: torch.nn.LayerNorm's default epsilon
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary: bos 0, pad 1, eos 2, unk 3, then dict.txt
 BOS_ID, PAD_ID, EOS_ID, UNK_ID = range(4)
 END_OF_WORD, CONTINUATION = "</w>", "@@"  # subword-nmt's marks: in the codes, and in the segmented text
@@ -79,22 +85,9 @@ REQUIRED = {
 }
 SHARED_SIZES = ("embed_dim", "ffn_embed_dim", "attention_heads")  # one d_model, d_ff and h for both stacks
 
-ATTENTION = {"q_proj": "w_q", "k_proj": "w_k", "v_proj": "w_v", "out_proj": "w_o"}
-ENCODER_MODULES = {
-    **{f"self_attn.{name}": f"self_attn.{ours}" for name, ours in ATTENTION.items()},
-    "self_attn_layer_norm": "self_attn_sublayer.norm",
-    "fc1": "feed_forward.w1",
-    "fc2": "feed_forward.w2",
-    "final_layer_norm": "feed_forward_sublayer.norm",
-}
-DECODER_MODULES = {
-    **ENCODER_MODULES,
-    **{f"encoder_attn.{name}": f"cross_attn.{ours}" for name, ours in ATTENTION.items()},
-    "encoder_attn_layer_norm": "cross_attn_sublayer.norm",
-}
+# The layers' modules have MarianMT's names (convert.ENCODER_LAYER, DECODER_LAYER): transformers' port kept fairseq's.
 # Older encoders held their two norms as a list (TransformerEncoderLayer.upgrade_state_dict_named renames them).
 LEGACY_ENCODER_NORMS = {"layer_norms.0": "self_attn_layer_norm", "layer_norms.1": "final_layer_norm"}
-LAYER_KEY = re.compile(r"(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)")
 EMBEDDINGS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight")
 TIED_OUTPUTS = ("decoder.output_projection.weight", "decoder.embed_out")
 CHECKPOINT_EXPECTED = (
@@ -177,14 +170,13 @@ def vaswani_config(settings: dict, vocab_size: int) -> VaswaniConfig:
         dropout=settings.get("dropout", 0.1),
         attention_dropout=settings.get("attention_dropout", 0.0),
         activation_dropout=activation_dropout,
-        attention_bias=True,
-        layer_norm_eps=FAIRSEQ_LAYER_NORM_EPS,
         position_embedding_type="learned",
         max_position_embeddings=max(settings.get(f"max_{side}_positions", 1024) for side in ("source", "target")),
         bos_token_id=BOS_ID,
         pad_token_id=PAD_ID,
         eos_token_id=EOS_ID,
         decoder_start_token_id=EOS_ID,  # fairseq's prev_output_tokens begin with </s>
+        **SHARED_DEPARTURES,
     )
 
 
@@ -214,9 +206,9 @@ def upgrade_legacy_names(state_dict: dict) -> dict:
             for projection, part in zip(("q_proj", "k_proj", "v_proj"), tensor.chunk(3), strict=True):
                 upgraded[f"{prefix}.{projection}.{kind}"] = part
             continue
-        match = LAYER_KEY.fullmatch(key)
-        if match and match.group(1) == "encoder" and match.group(3) in LEGACY_ENCODER_NORMS:
-            key = f"encoder.layers.{match.group(2)}.{LEGACY_ENCODER_NORMS[match.group(3)]}.{match.group(4)}"
+        legacy = layer_weight(key, "", LEGACY_ENCODER_NORMS, {})
+        if legacy is not None:
+            key = "{}.layers.{}.{}.{}".format(*legacy)
         upgraded[key] = tensor
     return upgraded
 
@@ -248,12 +240,11 @@ def convert_state_dict(state_dict: dict, config: VaswaniConfig) -> dict:
     for key, tensor in state_dict.items():
         if key in EMBEDDINGS or key in TIED_OUTPUTS or IGNORED.fullmatch(key):
             continue
-        match = LAYER_KEY.fullmatch(key)
-        modules = (ENCODER_MODULES if match.group(1) == "encoder" else DECODER_MODULES) if match else {}
-        if not match or match.group(3) not in modules:
+        weight = layer_weight(key, "", ENCODER_LAYER, DECODER_LAYER)
+        if weight is None:
             raise ConversionError(f"unknown weight {key}; expected only the weights of a post-LN fairseq Transformer")
-        stack, index, module, kind = match.groups()
-        converted[f"model.{stack}.layers.{index}.{modules[module]}.{kind}"] = tensor
+        stack, index, (name, _), kind = weight
+        converted[f"model.{stack}.layers.{index}.{name}.{kind}"] = tensor
     return converted
 
 
@@ -422,19 +413,9 @@ def convert_fairseq(checkpoint: dict, symbols: list[str], merges: list[tuple[str
     weights = convert_state_dict(state_dict, config)
     shared = weights["model.shared.weight"]
     weights["model.shared.weight"] = torch.cat([shared, shared[[UNK_ID] * (len(tokenizer) - rows)]])
-    model = VaswaniForConditionalGeneration(config)
-    weights.update({target: weights[source] for target, source in model._tied_weights_keys.items()})
-    try:
-        missing, unexpected = model.load_state_dict(weights, strict=False)
-    except RuntimeError as error:  # weights of the wrong shape
-        raise ConversionError(f"{error}; expected the shapes of the checkpoint's own settings") from None
-    if missing or unexpected:
-        raise ConversionError(
-            f"the checkpoint lacks {sorted(missing)[:5]} (and has {sorted(unexpected)[:5]} left over); expected "
-            "every weight of a fairseq Transformer with attention biases"
-        )
+    model = converted_model(config, weights, "every weight of a fairseq Transformer with attention biases")
     model.generation_config.suppress_tokens = [PAD_ID, *range(rows, len(tokenizer))]
-    return model.eval(), tokenizer
+    return model, tokenizer
 
 
 def find_release_files(folder: str | Path) -> tuple[Path, Path, Path]:
@@ -466,9 +447,9 @@ def convert_fairseq_checkpoint(
 ) -> VaswaniForConditionalGeneration:
     """Loads, converts and saves (model and tokenizer) into `output_dir` (new, empty or an earlier converted model,
     replaced whole). Returns the model."""
-    check_output_folder(output_dir, CONVERTED)
-    model, tokenizer = convert_fairseq(
-        load_checkpoint(checkpoint_path), read_dictionary(dictionary_path), read_codes(codes_path)
+    return convert_checkpoint(
+        output_dir,
+        lambda: convert_fairseq(
+            load_checkpoint(checkpoint_path), read_dictionary(dictionary_path), read_codes(codes_path)
+        ),
     )
-    save_pretrained(output_dir, CONVERTED, model, tokenizer)
-    return model

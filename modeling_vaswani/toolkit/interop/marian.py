@@ -15,25 +15,31 @@ What else differs is a departure from the paper, carried over as the configurati
 Anything else (separate vocabularies, untied or unscaled embeddings, pre-LN, a LayerNorm on the embeddings, a
 position table that is not the sinusoids, unknown weights) is refused with the setting named, not guessed.
 
-`to_marian` is the other way, through the same map of names and the inverse permutation: a MarianMTModel holding a
-Vaswani model's weights (benchmarks/ measures MarianMT on our weights with it).
+The load -> check -> convert -> save path, the layers' map of names and the departures shared with fairseq.py are
+convert.py's; the other way (our model as a MarianMTModel, for the benchmarks) is benchmarks/speed/to_marian.py.
 """
 
-import re
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianConfig, MarianMTModel
+from transformers import AutoConfig, AutoTokenizer, GenerationConfig, MarianMTModel
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 from transformers.utils.hub import cached_file, get_checkpoint_shard_files
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
 from ..checkpoints import open_weights, read_json
-from ..outputs import CONVERTED, check_output_folder, save_pretrained
+from .convert import (
+    DECODER_LAYER,
+    ENCODER_LAYER,
+    READS,
+    SHARED_DEPARTURES,
+    ConversionError,
+    convert_checkpoint,
+    converted_model,
+    layer_weight,
+)
 from .pickles import load_weights_only
-
-MARIAN_LAYER_NORM_EPS = 1e-5  # MarianMT's nn.LayerNorm(d_model) keeps torch's default epsilon
 
 # Settings that MarianConfig no longer declares but that older OPUS-MT config.json files carry, with the value under
 # which transformers' MarianMTModel (which ignores them) computes what the weights were trained for.
@@ -44,32 +50,8 @@ LEGACY_SETTINGS = {
     "static_position_embeddings": (True, "the fixed sinusoids of Section 3.5"),
 }
 
-READS, WRITES = "reads", "writes"  # how a module meets the residual stream: its input, or its output, is d_model
-ENCODER_LAYER = {  # Marian's module in a layer -> ours, and which side of it is the residual stream
-    "self_attn.q_proj": ("self_attn.w_q", READS),
-    "self_attn.k_proj": ("self_attn.w_k", READS),
-    "self_attn.v_proj": ("self_attn.w_v", READS),
-    "self_attn.out_proj": ("self_attn.w_o", WRITES),
-    "self_attn_layer_norm": ("self_attn_sublayer.norm", WRITES),
-    "fc1": ("feed_forward.w1", READS),
-    "fc2": ("feed_forward.w2", WRITES),
-    "final_layer_norm": ("feed_forward_sublayer.norm", WRITES),
-}
-DECODER_LAYER = {
-    **ENCODER_LAYER,
-    "encoder_attn.q_proj": ("cross_attn.w_q", READS),
-    "encoder_attn.k_proj": ("cross_attn.w_k", READS),  # reads the encoder's output, the encoder's residual stream
-    "encoder_attn.v_proj": ("cross_attn.w_v", READS),
-    "encoder_attn.out_proj": ("cross_attn.w_o", WRITES),
-    "encoder_attn_layer_norm": ("cross_attn_sublayer.norm", WRITES),
-}
-LAYER_KEY = re.compile(r"model\.(encoder|decoder)\.layers\.(\d+)\.(.+)\.(weight|bias)")
 TIED_KEYS = ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight", "lm_head.weight")
 POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
-
-
-class ConversionError(ValueError):
-    """A checkpoint that does not fit the paper's network up to the recorded departures; the message names why."""
 
 
 def halves_to_interleaved(d_model: int) -> torch.Tensor:
@@ -115,22 +97,14 @@ def vaswani_config(config, logits_bias: bool) -> VaswaniConfig:
         dropout=config.dropout,
         attention_dropout=config.attention_dropout,
         activation_dropout=config.activation_dropout,
-        attention_bias=True,
-        layer_norm_eps=MARIAN_LAYER_NORM_EPS,
         final_logits_bias=logits_bias,
         max_position_embeddings=config.max_position_embeddings,
         bos_token_id=None,  # Marian has none: the decoder starts with the padding id
         pad_token_id=config.pad_token_id,
         eos_token_id=config.eos_token_id,
         decoder_start_token_id=config.decoder_start_token_id,
+        **SHARED_DEPARTURES,
     )
-
-
-def departures(config: VaswaniConfig) -> dict:
-    """The departures from the paper's options that a converted configuration sets, by name."""
-    paper = VaswaniConfig()
-    names = ("attention_bias", "layer_norm_eps", "activation_function", "final_logits_bias", "position_embedding_type")
-    return {name: getattr(config, name) for name in names if getattr(config, name) != getattr(paper, name)}
 
 
 def check_ties_and_positions(state_dict: dict, d_model: int) -> None:
@@ -172,12 +146,10 @@ def convert_state_dict(state_dict: dict, d_model: int) -> dict:
 
 
 def _convert_layer_weight(key: str, tensor: torch.Tensor, permutation: torch.Tensor) -> tuple[str, torch.Tensor]:
-    match = LAYER_KEY.fullmatch(key)
-    modules = (ENCODER_LAYER if match.group(1) == "encoder" else DECODER_LAYER) if match else {}
-    if not match or match.group(3) not in modules:
+    weight = layer_weight(key, "model.", ENCODER_LAYER, DECODER_LAYER)
+    if weight is None:
         raise ConversionError(f"unknown weight {key}; expected only the weights of a MarianMTModel")
-    stack, index, module, kind = match.groups()
-    name, role = modules[module]
+    stack, index, (name, role), kind = weight
     if role == READS:
         tensor = tensor[:, permutation] if kind == "weight" else tensor  # a bias is on the output side, not d_model
     else:
@@ -211,12 +183,12 @@ def convert_marian(model: MarianMTModel, tokenizer) -> VaswaniForConditionalGene
     has_logits_bias = logits_bias is not None and bool(logits_bias.any())  # a zero bias is the paper's: none
     if not has_logits_bias:
         state_dict.pop("final_logits_bias", None)
-    converted = VaswaniForConditionalGeneration(vaswani_config(model.config, has_logits_bias))
     weights = convert_state_dict(state_dict, model.config.d_model)
-    weights.update({target: weights[source] for target, source in converted._tied_weights_keys.items()})
-    converted.load_state_dict(weights, strict=True)
+    converted = converted_model(
+        vaswani_config(model.config, has_logits_bias), weights, "every weight of a MarianMTModel"
+    )
     _carry_generation_settings(model.generation_config, converted.generation_config)
-    return converted.eval()
+    return converted
 
 
 def _carry_generation_settings(marian: GenerationConfig, ours: GenerationConfig) -> None:
@@ -346,119 +318,9 @@ def convert_marian_checkpoint(
 ) -> VaswaniForConditionalGeneration:
     """`load_marian`, `convert_marian`, then the model and the tokenizer saved into `output_dir` (new, empty or an
     earlier converted model, replaced whole). Returns the converted model."""
-    check_output_folder(output_dir, CONVERTED)
-    model, tokenizer = load_marian(name_or_path, revision)
-    converted = convert_marian(model, tokenizer)
-    save_pretrained(output_dir, CONVERTED, converted, tokenizer)
-    return converted
 
+    def load_and_convert():
+        model, tokenizer = load_marian(name_or_path, revision)
+        return convert_marian(model, tokenizer), tokenizer
 
-# ---------------------------------------------------------------------------------------------------------------------
-# The other way: a Vaswani model as a MarianMTModel
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def marian_config(
-    vocab_size: int, d_model: int, encoder_layers: int, decoder_layers: int, heads: int, d_ff: int, **settings
-) -> MarianConfig:
-    """A MarianConfig of the paper's network at these sizes: one vocabulary and one embedding matrix for source,
-    target and the pre-softmax linear, scaled by sqrt(d_model) (Section 3.4), `heads` and `d_ff` in both stacks.
-    `settings` are MarianConfig's other fields (ids, dropout, activation, positions), its defaults where not given."""
-    return MarianConfig(
-        vocab_size=vocab_size,
-        decoder_vocab_size=vocab_size,
-        d_model=d_model,
-        encoder_layers=encoder_layers,
-        decoder_layers=decoder_layers,
-        encoder_attention_heads=heads,
-        decoder_attention_heads=heads,
-        encoder_ffn_dim=d_ff,
-        decoder_ffn_dim=d_ff,
-        scale_embedding=True,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        **settings,
-    )
-
-
-def marian_config_of(config: VaswaniConfig) -> MarianConfig:
-    """The MarianConfig computing what `config` computes, special ids included, up to LayerNorm's epsilon (Marian's is
-    fixed at 1e-5). Refuses what MarianMT cannot hold, with the setting named."""
-    unrepresentable = {
-        "position_embedding_type": ("sinusoidal", "MarianMT's positions are the fixed sinusoids"),
-        "tie_word_embeddings": (True, "MarianMT ties the embeddings and the pre-softmax linear"),
-        "d_k": (config.d_model // config.num_heads, "MarianMT's d_k is d_model / h"),
-        "d_v": (config.d_model // config.num_heads, "MarianMT's d_v is d_model / h"),
-    }
-    for name, (value, meaning) in unrepresentable.items():
-        if getattr(config, name) != value:
-            raise ConversionError(f"{name} is {getattr(config, name)!r}; expected {value!r}: {meaning}")
-    return marian_config(
-        config.vocab_size,
-        config.d_model,
-        config.encoder_layers,
-        config.decoder_layers,
-        config.num_heads,
-        config.d_ff,
-        activation_function=config.activation_function,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.activation_dropout,
-        max_position_embeddings=config.max_position_embeddings,
-        pad_token_id=config.pad_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
-        forced_eos_token_id=None,  # MarianConfig's default forces token 0 at the length limit; ours forces nothing
-    )
-
-
-def to_marian_state_dict(state_dict: dict, d_model: int) -> dict:
-    """`convert_state_dict` undone: our weights under Marian's names, the residual stream's axis back in Marian's
-    halves layout, the LM head's bias as `final_logits_bias`. Our tied copies are left out (Marian ties its own)."""
-    inverse = torch.argsort(halves_to_interleaved(d_model))
-    ours_to_marian = {
-        stack: {ours: (theirs, role) for theirs, (ours, role) in layer.items()}
-        for stack, layer in (("encoder", ENCODER_LAYER), ("decoder", DECODER_LAYER))
-    }
-    converted = {}
-    for key, tensor in state_dict.items():
-        if key in TIED_KEYS:
-            continue
-        if key == "model.shared.weight":
-            converted[key] = tensor[:, inverse]
-        elif key == "lm_head.bias":
-            converted["final_logits_bias"] = tensor.reshape(1, -1)
-        else:
-            match = LAYER_KEY.fullmatch(key)
-            if not match or match.group(3) not in ours_to_marian[match.group(1)]:
-                raise ConversionError(f"{key} has no MarianMTModel counterpart")
-            stack, index, module, kind = match.groups()
-            name, role = ours_to_marian[stack][module]
-            if role == READS:
-                tensor = tensor[:, inverse] if kind == "weight" else tensor
-            else:
-                tensor = tensor[inverse]
-            converted[f"model.{stack}.layers.{index}.{name}.{kind}"] = tensor
-    return converted
-
-
-def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
-    """A MarianMTModel holding `model`'s weights and computing what it computes, exactly when its LayerNorm epsilon
-    is Marian's 1e-5 (the paper's configuration has 1e-6, the only difference left then). Where ours has no
-    attention or logits biases, Marian's are zero; its position tables are its own, the same sinusoids in halves."""
-    marian = MarianMTModel(marian_config_of(model.config))
-    theirs = marian.state_dict()
-    weights = to_marian_state_dict(
-        {key: tensor.detach() for key, tensor in model.state_dict().items()}, model.config.d_model
-    )
-    for key in TIED_KEYS:
-        weights[key] = weights["model.shared.weight"]
-    for key in POSITION_KEYS:
-        weights[key] = theirs[key]
-    for key in theirs.keys() - weights.keys():
-        if not key.endswith("_proj.bias") and key != "final_logits_bias":
-            raise ConversionError(f"MarianMTModel weight {key} has no counterpart in {type(model).__name__}")
-        weights[key] = torch.zeros_like(theirs[key])
-    marian.load_state_dict(weights, strict=True)
-    return marian.to(model.dtype).eval()
+    return convert_checkpoint(output_dir, load_and_convert)

@@ -20,9 +20,15 @@ def load_translator(
     folder = local_folder(name)
     if folder is not None and revision is not None:
         raise ValueError(f"--revision {revision} applies to Hub ids; {name} is a local folder")
-    if engine == "ctranslate2" or (engine is None and folder is not None and is_ctranslate2_folder(folder)):
+    if runs_on_ctranslate2(folder, engine):
         return load_exported(name, folder)
     return load_model_and_tokenizer(name, revision=revision, trust_remote_code=trust_remote_code)
+
+
+def runs_on_ctranslate2(folder: Path | None, engine: str | None = None) -> bool:
+    """Whether `load_translator` runs the model in `folder` (`checkpoints.local_folder`'s: None for a Hub id) with
+    CTranslate2: `engine` says so, or none is named and the folder holds an export. Known before anything loads."""
+    return engine == "ctranslate2" or (engine is None and folder is not None and is_ctranslate2_folder(folder))
 
 
 def load_exported(name: str, folder: Path | None):

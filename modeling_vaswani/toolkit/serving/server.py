@@ -6,8 +6,8 @@ request goes through, each step in one place:
 1. `gate.Gate` (before the body is parsed): the API key, the client's request limit, the content type, the body's size;
 2. the request's model (pydantic, strict types) and `bounded` (the count of texts, their characters, lone surrogates),
    on the event loop, cheap and before any tokenizing;
-3. the checks that tokenize (lengths, prefixes, options), on checking threads with tokenizers of their own
-   (`worker.Checker`);
+3. the texts split into sentences (unless `split_sentences` is false) and the checks that tokenize (lengths,
+   prefixes, options), on checking threads with tokenizers of their own (`worker.Checker`);
 4. the work, on the one worker thread (`worker.Worker`: a bounded queue, batches, a time limit, dropped when the client
    is gone), which alone runs the models and pads with their tokenizers. No request changes state another reads.
 """
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -42,15 +42,21 @@ except ImportError as error:
 from transformers import StoppingCriteriaList
 
 from ...generation_vaswani import OUTPUT_MARGIN
+from ..data.markup import Document, write_documents
+from ..evaluation.alignment import line_alignments, word_alignments
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
 from ..evaluation.scoring import score
 from ..evaluation.translate import (
     InputError,
     check_nbest,
+    check_one_sentence_a_line,
     check_sentences,
     input_token_limit,
     output_room,
     prefix_ids,
+    sentence_name,
+    split_input,
+    split_prefixes,
     translate,
     translate_nbest,
 )
@@ -69,7 +75,7 @@ class Limits:
     max_body_bytes: int = 1_000_000  # a body's bytes, read no further (413)
     max_texts: int = 256  # texts (or pairs) a request
     max_chars: int = 5_000  # characters a text, checked before any tokenizing
-    max_input_tokens: int | None = None  # tokens a text (default: each model's max_position_embeddings)
+    max_input_tokens: int | None = None  # tokens a sentence (default: each model's max_position_embeddings)
     max_attention_tokens: int = 64  # tokens of an /attention text: its answer grows with their square
     max_tokens: int = 4_000  # source tokens a batch
     max_queue: int = 64  # requests waiting for the worker; more are answered 503
@@ -84,15 +90,29 @@ class Strict(BaseModel):
 
 
 class TranslateRequest(Strict):
-    """A text or a list of them, and what vaswani-translate's flags set."""
+    """A text or a list of them, and what vaswani-translate's flags set. A text may hold a paragraph: it is split into
+    sentences (by the served model's source language) and its translations joined with its own spacing, an empty or
+    blank text giving ""; `split_sentences` false translates each text whole, as one sentence."""
 
-    text: Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)] | str
+    text: Annotated[list[str], Field(min_length=1)] | str
     model: str | None = Field(None, description="a served model's name (default: the first)")
     num_beams: Annotated[int, Field(ge=1, le=32)] | None = None
     paper_decoding: bool = True
     nbest: Annotated[int, Field(ge=1, le=32)] | None = None
     max_new_tokens: Annotated[int, Field(ge=1)] | None = None
     target_prefix: list[str] | str | None = None
+    split_sentences: bool = True
+    alignments: bool = Field(
+        False,
+        description="also answer `alignments`: each text's word alignment, [source word, target word] pairs, words "
+        "counted from 0 in the text's and the translation's whitespace-separated words (a PyTorch model's attention)",
+    )
+    format: Literal["text", "html", "xml-inline"] = Field(
+        "text",
+        description="html: each text is an HTML document or fragment, answered with its markup; xml-inline: a line "
+        "with inline tags (<b>, <a href>, <br/>), answered as well-formed XML; tags go on the target words the "
+        "model's alignment links to theirs (docs/documents.md#markup; a PyTorch model's attention)",
+    )
 
 
 class ScoreRequest(Strict):
@@ -136,11 +156,16 @@ def bounded(texts: list[str], field_name: str, limits: Limits) -> None:
             ) from None
 
 
-def create_app(models: dict, limits: Limits = Limits(), keys=(), rate_limit: str | None = None) -> FastAPI:
+def create_app(
+    models: dict, limits: Limits = Limits(), keys=(), rate_limit: str | None = None, languages: dict | None = None
+) -> FastAPI:
     """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default), within `limits`;
     with `keys`, the API answers only requests that carry one (Authorization: Bearer KEY); with `rate_limit`
-    ("120/minute"), each client (its key, else its address) is held to it."""
+    ("120/minute"), each client (its key, else its address) is held to it. `languages` ({name: code or None}): each
+    model's source language, whose rules split texts into sentences (a model not named: the language its tokenizer
+    records, else sentencex's generic rules)."""
     names = list(models)
+    languages = languages or {}
     for model, _ in models.values():
         input_token_limit(model, limits.max_input_tokens)  # refuses a limit beyond an export's position table
     metrics = Metrics()
@@ -160,19 +185,25 @@ def create_app(models: dict, limits: Limits = Limits(), keys=(), rate_limit: str
         return [attention_answer(name, model, tokenizer, *item) for item in items]
 
     def run_translation(model, tokenizer, items: list, options: list, stop: Stop) -> list:
-        num_beams, paper_decoding, nbest, max_new_tokens = options
+        num_beams, paper_decoding, nbest, max_new_tokens, alignments = options
         sentences = [sentence for sentence, _ in items]
         prefixes = None
         if any(prefix is not None for _, prefix in items):
             prefixes = [prefix or "" for _, prefix in items]
+        # The items are sentences already (split, where the request asked, by its checks): each translated whole.
         settings = {"paper_decoding": paper_decoding, "max_tokens": limits.max_tokens, "progress": False}
+        settings["split_sentences"] = False
         settings |= {k: v for k, v in (("num_beams", num_beams), ("max_new_tokens", max_new_tokens)) if v}
         if isinstance(model, torch.nn.Module):  # CTranslate2 decodes a batch in one call, with no step to stop at
             settings["stopping_criteria"] = StoppingCriteriaList([stop.criteria])
         if nbest:
             lists = translate_nbest(model, tokenizer, sentences, nbest, target_prefixes=prefixes, **settings)
             return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
-        return translate(model, tokenizer, sentences, target_prefixes=prefixes, **settings)
+        translations = translate(model, tokenizer, sentences, target_prefixes=prefixes, **settings)
+        if not alignments:
+            return translations
+        pairs = word_alignments(model, tokenizer, sentences, translations, max_tokens=limits.max_tokens)
+        return list(zip(translations, pairs, strict=True))
 
     def on_batch(key: tuple, jobs: list[Job], seconds: float) -> None:
         metrics.batch(key[0], sum(len(job.items) for job in jobs), sum(job.tokens for job in jobs), seconds)
@@ -211,12 +242,15 @@ def create_app(models: dict, limits: Limits = Limits(), keys=(), rate_limit: str
         """`check(*arguments)` on a checking thread: tokenizing stays off the event loop."""
         return await asyncio.get_running_loop().run_in_executor(checking_threads, check, *arguments)
 
-    def lengths(name: str, texts: list[str], field_name: str, side: str = "source", limit: int | None = None):
-        """The texts' lengths in tokens, after the commands' checks (empty, longer than the input limit)."""
+    def lengths(
+        name: str, texts: list[str], field_name: str, side: str = "source", limit: int | None = None, layout=None
+    ):
+        """The texts' lengths in tokens, after the commands' checks (empty, longer than the input limit); `layout`:
+        the texts are the sentences of the request's texts, and errors name them by text and first words."""
         model, _ = models[name]
         limit = limit or input_token_limit(model, limits.max_input_tokens)
         try:
-            return check_sentences(checker.tokenizer(name), texts, limit, side=side)
+            return check_sentences(checker.tokenizer(name), texts, limit, side=side, layout=layout)
         except InputError as refused:
             raise Refused(422, field_name, str(refused)) from refused
 
@@ -269,24 +303,53 @@ def create_app(models: dict, limits: Limits = Limits(), keys=(), rate_limit: str
     async def health():
         queued, running = worker.counts()
         status = "shutting down" if worker.closed else "ok"
-        return {"status": status, "models": names, "batches": worker.batches, "queued": queued, "running": running}
+        aligning = [name for name in names if isinstance(models[name][0], torch.nn.Module)]  # the page asks these
+        return {
+            "status": status, "models": names, "aligning": aligning, "batches": worker.batches, "queued": queued,
+            "running": running,
+        }  # fmt: skip
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_endpoint():
         return Response(metrics.text(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
-    def check_translation(request: TranslateRequest, name: str, sentences, prefixes) -> list[int]:
-        """The texts' lengths, after the translate command's checks of the texts and options, each error naming its
-        field; what translate() and generate() check again is caught here, before the request joins a batch."""
+    def check_translation(request: TranslateRequest, name: str, texts, prefixes, labels=None):
+        """The sentences to translate (the texts, or with `split_sentences` the sentences they split into, with the
+        `Layout` that joins their translations back), their prefixes and lengths, after the translate command's
+        checks of the texts and options, each error naming its field (and a sentence, its text and first words);
+        what translate() and generate() check again is caught here, before the request joins a batch. `labels`: how
+        errors name each of `texts` where they are parts of the request's texts (a document's runs of text)."""
         model, _ = models[name]
-        if prefixes is not None and len(prefixes) != len(sentences):
+        if request.alignments and not isinstance(model, torch.nn.Module):
             raise Refused(
-                422, "target_prefix", f"{len(prefixes)} prefixes for {len(sentences)} texts; expected one a text"
+                422, "alignments", f"{name} is a CTranslate2 export; alignments need a PyTorch model's attention "
+                "weights (serve the checkpoint it was exported from)",
+            )  # fmt: skip
+        if request.alignments and request.nbest is not None:
+            raise Refused(422, "alignments", "alignments are of each text's one translation; expected no nbest")
+        if prefixes is not None and len(prefixes) != len(texts):
+            raise Refused(
+                422, "target_prefix", f"{len(prefixes)} prefixes for {len(texts)} texts; expected one a text"
             )
-        found = lengths(name, sentences, "text")
-        if max(found) > limits.max_tokens:
+        layout, sentences = None, texts
+        if request.split_sentences:
+            layout = split_input(texts, checker.tokenizer(name), languages.get(name), unit="text", labels=labels)
+            sentences = layout.sentences
+            try:
+                if request.nbest is not None:
+                    check_one_sentence_a_line(layout)
+            except InputError as refused:
+                raise Refused(422, "text", str(refused)) from refused
+            try:
+                prefixes = split_prefixes(layout, prefixes)
+            except InputError as refused:
+                raise Refused(422, "target_prefix", str(refused)) from refused
+        found = lengths(name, sentences, "text", layout=layout)
+        if found and max(found) > limits.max_tokens:
+            longest = max(range(len(found)), key=found.__getitem__) + 1
+            what = "a text" if layout is None else f"a sentence ({sentence_name(layout, longest)})"
             raise Refused(
-                422, "text", f"a text of {max(found)} tokens is more than the server's batch of {limits.max_tokens}"
+                422, "text", f"{what} of {max(found)} tokens is more than the server's batch of {limits.max_tokens}"
             )
         longest = input_token_limit(model, limits.max_input_tokens) + OUTPUT_MARGIN  # Section 6.1, longest text
         if request.max_new_tokens is not None and request.max_new_tokens > longest:
@@ -302,25 +365,76 @@ def create_app(models: dict, limits: Limits = Limits(), keys=(), rate_limit: str
             raise Refused(422, "nbest", str(refused)) from refused
         try:
             room = lambda: output_room(model, found, request.paper_decoding, room_limits)  # noqa: E731
-            prefix_ids(checker.tokenizer(name), prefixes, room)
+            prefix_ids(checker.tokenizer(name), prefixes, room, layout)
         except InputError as refused:
             raise Refused(422, "target_prefix", str(refused)) from refused
-        return found
+        return layout, sentences, prefixes, found
+
+    def parse_documents(request: TranslateRequest, name: str, texts: list[str]) -> list[Document]:
+        """The texts parsed as documents of `request.format`, after refusing what markup cannot go with."""
+        if not isinstance(models[name][0], torch.nn.Module):
+            raise Refused(
+                422, "format", f"{name} is a CTranslate2 export; markup is placed by a PyTorch model's attention "
+                "weights (serve the checkpoint it was exported from, or format \"text\")",
+            )  # fmt: skip
+        clashing = [
+            field_name
+            for field_name, given in (
+                ("nbest", request.nbest is not None),
+                ("alignments", request.alignments),
+                ("target_prefix", request.target_prefix is not None),
+                ("split_sentences", not request.split_sentences),
+            )
+            if given
+        ]
+        if clashing:
+            raise Refused(
+                422, "format", f"format {request.format!r} answers each text with its markup; expected no "
+                f"{' and no '.join(clashing)} (or format \"text\")",
+            )  # fmt: skip
+        return [Document(text, request.format) for text in texts]
 
     @app.post("/translate")
     async def translate_endpoint(request: TranslateRequest, http: Request):
         name, _, _ = chosen(request.model)
         single = isinstance(request.text, str)
-        sentences = [request.text] if single else request.text
+        texts = [request.text] if single else request.text
         prefixes = [request.target_prefix] if isinstance(request.target_prefix, str) else request.target_prefix
-        bounded(sentences, "text", limits)
+        bounded(texts, "text", limits)
         if prefixes is not None:
             bounded(prefixes, "target_prefix", limits)
-        found = await checked(check_translation, request, name, sentences, prefixes)
-        key = ("translate", name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens)
+        documents = labels = None
+        if request.format != "text":  # the documents' runs of text are translated, aligned where they hold tags
+            documents = await checked(parse_documents, request, name, texts)
+            runs = [run for document in documents for run in document.runs]
+            labels = [f"text {number}" for number, document in enumerate(documents, 1) for _ in document.runs]
+            texts = [run.text for run in runs]
+            request = request.model_copy(update={"alignments": any(run.tags for run in runs)})
+        layout, sentences, prefixes, found = await checked(
+            check_translation, request, name, texts, prefixes, labels
+        )  # fmt: skip
+        key = (
+            "translate", name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens,
+            request.alignments,
+        )  # fmt: skip
         items = list(zip(sentences, prefixes or [None] * len(sentences), strict=True))
-        outputs = await work(http, key, items, sum(found))
-        return {"model": name, "translations": outputs[0] if single else outputs}
+        outputs = await work(http, key, items, sum(found)) if items else []  # only blank texts: nothing to do
+        pairs = None
+        if request.alignments:  # (translation, pairs) a sentence; pairs in each text's word positions
+            outputs, pairs = [text for text, _ in outputs], [links for _, links in outputs]
+            if layout is not None:
+                pairs = line_alignments(layout, outputs, pairs)
+        if layout is not None and request.nbest is not None:  # one sentence a text at most: its list, or none
+            outputs = [outputs[start] if layout.count(i) else [] for i, start in enumerate(layout.starts)]
+        elif layout is not None:
+            outputs = layout.join(outputs)
+        if documents is not None:
+            outputs = write_documents(documents, outputs, pairs or [[] for _ in outputs])
+            pairs = None  # they placed the tags; the request asked for none
+        answer = {"model": name, "translations": outputs[0] if single else outputs}
+        if pairs is not None:
+            answer["alignments"] = pairs[0] if single else pairs
+        return answer
 
     def check_score(name: str, sources: list[str], targets: list[str]) -> int:
         if len(sources) != len(targets):

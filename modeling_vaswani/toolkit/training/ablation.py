@@ -37,6 +37,7 @@ from ...configuration_vaswani import TABLE_3_COLUMNS, VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
 from ..data.batching import check_examples_fit
 from ..data.corpora import check_max_length, filter_by_length, tokenize_pairs
+from ..data.sentences import record_languages
 from ..evaluation.plotting import DPI
 from ..outputs import save_figure, write_text
 from .presets import preset_config, preset_overrides
@@ -71,7 +72,9 @@ ABLATION_DEFAULTS = {
 @dataclass
 class AblationArguments:
     rows: list[str] = field(
-        metadata={"help": f"the lines of Table 3 to train, each {SYNTAX}; see modeling_vaswani/toolkit/ablation.py"}
+        metadata={
+            "help": f"the lines of Table 3 to train, each {SYNTAX}; see modeling_vaswani/toolkit/training/ablation.py"
+        }
     )
 
 
@@ -237,7 +240,7 @@ def dev_perplexity(trainer: VaswaniTrainer, dataset) -> dict:
 def train_line(line: Line, model_args, data_args, training_args, tokenizer, train, dev, dev_split) -> dict:
     """Trains `line` from scratch in OUTPUT_DIR/<line>, saves it there and scores it on the dev set (`dev` tokenized,
     `dev_split` as loaded); the results are written to the folder's results.json and returned."""
-    args = copy.deepcopy(training_args)  # the Trainer sets the learning rate of Equation 3 from each line's d_model
+    args = copy.deepcopy(training_args)  # each line's own folder and label smoothing
     args.output_dir = str(Path(training_args.output_dir) / line.folder)
     args.label_smoothing_factor = line_label_smoothing(line, training_args.label_smoothing_factor)
     set_seed(args.seed)  # every line starts from the same random state
@@ -370,6 +373,7 @@ def run(ablation_args, model_args, data_args, training_args) -> list[dict]:
         train = filter_by_length(train, data_args.max_length, workers, "train")
     dev_split = data[data_args.validation_split]
     dev = tokenize_pairs(dev_split, tokenizer, source_lang, target_lang, num_proc=workers)
+    record_languages(tokenizer, source_lang, target_lang)  # each line's model folder carries them, as vaswani-train's
     results = [
         train_line(line, model_args, data_args, training_args, tokenizer, train, dev, dev_split) for line in lines
     ]

@@ -5,23 +5,14 @@ from functools import partial
 
 from ...configuration_vaswani import VaswaniConfig
 
-# Model presets. "small" is this project's, sized for the shipped Multi30k on a CPU in under half an hour;
-# "base" and "big" are Table 3's, whose shapes live in the configuration (VaswaniConfig.base, VaswaniConfig.big).
-# Each also names the training settings that differ from the paper's defaults.
-# The small preset's recipe is chosen on Multi30k's validation set (issue 18; runs of 1,200 steps, last 5 of the
-# checkpoints every 100 steps averaged, one thread each):
-# - weights drawn from N(0, 0.02) (init_std, as BERT, BART and MarianMT), not tensor2tensor's N(0, d_model^-0.5)
-#   embeddings and Xavier linears (the paper gives none): in a short run it learns faster (training loss at step 500
-#   3.91 against 4.40, MarianMT 3.95, all three in the same Seq2SeqTrainer harness), 34.44 against 30.94 (lr 1e-3);
-# - more, smaller batches (1500 tokens) and a peak learning rate of 2e-3 instead of Equation 3's
-#   d_model^-0.5 * warmup^-0.5 (3.1e-3 here): with this initialization 2e-3 scored 35.40 and 35.53 (two seeds),
-#   1e-3 34.44, 3e-3 33.73, and 1e-3 with 200 warmup steps 33.66; with tensor2tensor's, Equation 3's peak scored 15.84;
-#   batches of 1000 tokens for as many tokens in all scored 28.96 (against 29.20, tensor2tensor's init);
-# - P_drop 0 instead of the paper's 0.1 (Section 5.4): in half an hour the model sees Multi30k about 7 times and is
-#   still far from fitting it, and dropout only slows learning there (0.1 scored 32.33 against 34.44 at 1e-3).
-#   Regularization pays on longer runs: --dropout 0.1 (or 0.3, usual for corpora of this size trained to convergence);
-# - the length penalty alpha, as the paper chose 0.6 on newstest2013 (Section 6.1).
-# base and big save a checkpoint about every 10 minutes of the paper's P100 time (0.4 s and 1.0 s a step).
+
+def table_3_training(row: str) -> dict:
+    """Table 3's training settings of `row` (train steps, eps_ls: `VaswaniConfig.table3_training_arguments`), and
+    Section 5.1's shared vocabulary of about 37000 tokens, the configuration's default."""
+    return {"vocab_size": VaswaniConfig.vocab_size, **VaswaniConfig.table3_training_arguments(row)}
+
+
+# Why each preset's settings are what they are: docs/training.md ("Where the recipe departs from the paper").
 PRESETS = {
     "small": {
         "config": partial(
@@ -34,8 +25,7 @@ PRESETS = {
             dropout=0.0,
             init_std=0.02,
         ),
-        "training": {
-            "vocab_size": 8000,
+        "training": {  # the vocabulary: ModelArguments' default (8000)
             "max_tokens": 1500,
             "max_steps": 4000,
             "max_train_minutes": 27,
@@ -54,8 +44,7 @@ PRESETS = {
     "base": {
         "config": VaswaniConfig.base,
         "training": {
-            "vocab_size": 37000,
-            "max_steps": 100_000,
+            **table_3_training("base"),
             "warmup_steps": 4000,
             "save_steps": 1500,
             "average_last_checkpoints": 5,
@@ -66,8 +55,7 @@ PRESETS = {
     "big": {
         "config": VaswaniConfig.big,
         "training": {
-            "vocab_size": 37000,
-            "max_steps": 300_000,
+            **table_3_training("big"),
             "warmup_steps": 4000,
             "save_steps": 600,
             "average_last_checkpoints": 20,

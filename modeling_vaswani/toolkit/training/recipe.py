@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import tokenizers
 from datasets import DatasetDict, is_caching_enabled
-from datasets.fingerprint import Hasher
+from datasets.fingerprint import Hasher, generate_fingerprint
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
 from transformers.trainer_utils import TrainOutput
 
@@ -44,6 +44,7 @@ from ..data.corpora import (
     text_pair_location,
     tokenize_pairs,
 )
+from ..data.sentences import record_languages
 from ..data.tokenizer import train_tokenizer_from_texts
 from ..evaluation.metrics import bleu, chrf, translation_scores
 from ..evaluation.plotting import plot_training_curves
@@ -248,7 +249,7 @@ def _cached_tokenizer_dir(train_split, vocab_size: int, source_lang: str, target
     # The tokenizer module's source is in the key, so a change to how tokenizers are built retrains them.
     key = Hasher.hash(
         [
-            train_split._fingerprint,
+            generate_fingerprint(train_split),  # public: its files, their times, the slice or selection taken
             vocab_size,
             source_lang,
             target_lang,
@@ -380,6 +381,10 @@ def run(model_args: ModelArguments, data_args: DataArguments, training_args: Vas
     elif training_args.eval_strategy != IntervalStrategy.NO:
         logger.warning("no %r split to evaluate on: no evaluation during training", data_args.validation_split)
         training_args.eval_strategy = IntervalStrategy.NO
+    # The languages, in the tokenizer's configuration: every folder of the run (checkpoints, the averaged and best
+    # models) carries it whatever the data, so that vaswani-translate splits sentences by the source language's
+    # rules. Recorded after the tokenizing above, whose cache is keyed on the tokenizer's state.
+    record_languages(tokenizer, source_lang, target_lang)
 
     if model_args.model_name_or_path:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)  # its type checked earlier
@@ -494,17 +499,20 @@ def translate_and_score(
 ) -> dict:  # fmt: skip
     """BLEU, chrF and TER with their signatures (metrics.translation_scores) of `model`'s translations of the
     `split_name` split `split` against its references; the translations are written to
-    FOLDER/<split_name>.hyp.<target_lang>, one a line."""
+    FOLDER/<split_name>.hyp.<target_lang>, one a line. Each source is translated whole, as the sentence it is aligned
+    with its reference (no sentence splitting: the paper's evaluation)."""
     sources, references = sources_and_references(split, data_args.source_lang, data_args.target_lang)
     batch_size = data_args.eval_batch_size_sentences
-    hypotheses = translate(model, tokenizer, sources, batch_size, paper_decoding=paper_decoding, progress=progress)
+    hypotheses = translate(
+        model, tokenizer, sources, batch_size, paper_decoding=paper_decoding, progress=progress, split_sentences=False
+    )
     with atomic_text(Path(folder) / f"{split_name}.hyp.{data_args.target_lang}") as output:
         write_lines(hypotheses, output)
     return translation_scores(hypotheses, references)
 
 
 def describe_test_set(args: DataArguments) -> dict:
-    """Where the test BLEU was measured, as hub.EvaluationSet's fields (push_to_hub.py reads them for the card)."""
+    """Where the test BLEU was measured, as hub.EvaluationSet's fields (hub/push.py reads them for the card)."""
     split = args.test_split
     if args.dataset_name:
         dataset_id, config = args.dataset_name, args.dataset_config_name or "default"

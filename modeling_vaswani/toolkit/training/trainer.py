@@ -244,7 +244,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         check_private_hooks()
         apply_process_settings()  # for this process only; toolkit/runtime.py says why
         if args.paper_schedule and args.learning_rate == 0:
-            # Equation 3 peaks at step = warmup_steps: d_model^-0.5 * warmup_steps^-0.5.
+            # Equation 3 peaks at step = warmup_steps: d_model^-0.5 * warmup_steps^-0.5. Set on the Trainer's own
+            # copy of the arguments (self.args), so that the caller's stay as given, reusable for another model.
+            args = copy.copy(args)
             args.learning_rate = paper_learning_rate(int(args.warmup_steps), model.config.d_model, args.warmup_steps)
         if args.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, got {args.learning_rate}")
@@ -419,6 +421,17 @@ def load_full_weights_into_fsdp2(model: torch.nn.Module, checkpoint: str) -> Non
 
 
 def non_persistent_buffers(model: torch.nn.Module) -> set[str]:
+    """The names of `model`'s buffers registered with persistent=False, which no checkpoint holds. From torch's private
+    Module._non_persistent_buffers_set: the public way (named buffers less the state dict's keys) would gather an FSDP
+    model's state dict on rank 0 alone. Checked on a module of known buffers first; a change is an error."""
+    probe = torch.nn.Module()
+    probe.register_buffer("kept", torch.zeros(1))
+    probe.register_buffer("dropped", torch.zeros(1), persistent=False)
+    if getattr(probe, "_non_persistent_buffers_set", None) != {"dropped"}:
+        raise RuntimeError(
+            f"torch {torch.__version__}: Module._non_persistent_buffers_set no longer names a module's non-persistent "
+            "buffers; adapt non_persistent_buffers in modeling_vaswani/toolkit/training/trainer.py to this torch"
+        )
     return {
         f"{prefix}.{name}" if prefix else name
         for prefix, module in model.named_modules()

@@ -4,6 +4,7 @@ import csv
 import gzip
 import json
 import logging
+import os
 
 import pytest
 from datasets import Dataset, DatasetDict, Features, Translation
@@ -11,6 +12,8 @@ from helpers.training_setup import REPO
 
 from modeling_vaswani.toolkit.data.corpora import (
     MULTI30K_DIR,
+    iter_arrived_lines,
+    iter_stream_lines,
     load_hub_pairs,
     load_multi30k,
     load_table_pairs,
@@ -136,6 +139,33 @@ def test_undecodable_bytes_name_file_and_line(tmp_path):
         stream.write("eins\nzwei\nGrüße\n".encode("latin-1"))
     with pytest.raises(ValueError, match=r"c\.de\.gz, line 3: not valid UTF-8"):
         load_text_pairs(source, target, "en", "de")
+
+
+@pytest.mark.parametrize("reader", ["stream", "arrived"])
+def test_undecodable_bytes_are_named_by_their_byte_in_the_input(tmp_path, reader):
+    """Counted by hand: "Grüße.\n" is 9 bytes (ü and ß take two each), so line 2's fifth byte is the input's 14th
+    (offset 13); "eins\n" is 5, so the NUL of line 2 is at offset 5 + 2."""
+    cases = [
+        (
+            b"Gr\xc3\xbc\xc3\x9fe.\nZwei\xff Hunde.\n",
+            "line 2: not valid UTF-8 (invalid start byte at byte 4 of the line, byte 13 of the input)",
+        ),
+        (b"eins\nzw\x00ei\n", "line 2: holds a NUL character (byte 7 of the input)"),
+    ]
+    for data, message in cases:
+        path = tmp_path / "input.txt"
+        path.write_bytes(data)
+        with pytest.raises(ValueError) as error:
+            if reader == "stream":
+                with path.open("rb") as stream:
+                    list(iter_stream_lines(stream, path))
+            else:
+                descriptor = os.open(path, os.O_RDONLY)
+                try:
+                    list(iter_arrived_lines(descriptor, path, chunk=3))  # lines cut across reads
+                finally:
+                    os.close(descriptor)
+        assert str(error.value).startswith(f"{path}, {message}")
 
 
 def test_missing_text_file_and_bad_languages(tmp_path):

@@ -172,3 +172,23 @@ def test_the_recipe_trains_from_the_dataset_as_from_the_files(slice_files, token
     streamed = prepare_tokenizer(ModelArguments(vocab_size=VOCAB_SIZE), pairs, "en", "de", tmp_path)
     assert streamed.get_vocab() == tokenizer.get_vocab()
     assert streamed.backend_tokenizer.to_str() == tokenizer.backend_tokenizer.to_str()  # merges in the same order
+
+
+def test_the_cached_tokenizer_is_keyed_on_the_data_taken(tmp_path):
+    """The trained vocabulary is reused for the same split, loaded again, and not for another slice of it (the key
+    is datasets' public generate_fingerprint of the split, not its private _fingerprint)."""
+    from datasets import Dataset, load_from_disk
+
+    from modeling_vaswani.toolkit.training.recipe import _cached_tokenizer_dir
+
+    pairs = [{"en": f"A dog {i}.", "de": f"Ein Hund {i}."} for i in range(50)]
+    Dataset.from_dict({"translation": pairs}).save_to_disk(tmp_path / "pairs")
+    first, again = load_from_disk(tmp_path / "pairs"), load_from_disk(tmp_path / "pairs")
+    folder = _cached_tokenizer_dir(first, 400, "en", "de")
+    assert folder is not None and folder.parent == tmp_path / "pairs"
+    assert _cached_tokenizer_dir(again, 400, "en", "de") == folder
+    others = {
+        _cached_tokenizer_dir(first.select(range(10)), 400, "en", "de"),
+        _cached_tokenizer_dir(first, 500, "en", "de"),
+    }
+    assert folder not in others and len(others) == 2

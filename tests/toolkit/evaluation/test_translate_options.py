@@ -46,7 +46,8 @@ def test_token_batches_translate_as_batches_of_one_in_input_order(loaded, checkp
     assert out.splitlines() == one_by_one
     code, out, err = run([checkpoint, "--input", tmp_path / "in.en", "--max_tokens", 3], capsys)
     assert code == 2 and out == ""
-    assert "sentence 2 is" in err and "more than --max_tokens 3" in err
+    # The longest sentence, named by its line and first words (each line is split into sentences).
+    assert "line 2, sentence 1 ('Two dogs play in ...') is" in err and "more than --max_tokens 3" in err
 
 
 def test_target_prefixes_start_their_translations(loaded, checkpoint, tmp_path, capsys):
@@ -66,7 +67,7 @@ def test_target_prefixes_start_their_translations(loaded, checkpoint, tmp_path, 
     (tmp_path / "short.de").write_text("Ein Mann\n\n", encoding="utf-8")
     code, out, err = run([checkpoint, "--input", tmp_path / "in.en", "--target_prefix", tmp_path / "short.de"], capsys)
     assert code == 2 and out == ""
-    assert "--target_prefix" in err and "has 2 lines; expected 5, one per input sentence" in err
+    assert "--target_prefix" in err and "has 2 lines; expected 5, one per input line" in err
     with pytest.raises(InputError, match="target_prefixes is 1 prefixes; expected a list of 5"):
         translate(model, tokenizer, SENTENCES, target_prefixes=["Ein"], progress=False)
     code, out, err = run([*argv, "--max_new_tokens", 1], capsys)
@@ -83,8 +84,10 @@ def read_line(process, timeout: float = 120.0) -> str:
 def test_a_pipe_gets_each_translation_before_its_input_ends(loaded, checkpoint):
     model, tokenizer = loaded
     expected = translate(model, tokenizer, SENTENCES[:2], batch_size=1, max_new_tokens=8, progress=False)
+    # One sentence a line, where an empty line is refused (tests/cli/test_translate_paragraphs.py: a pipe whose lines
+    # are split into sentences, empty lines answered with empty lines).
     process = subprocess.Popen(
-        [*command("translate"), str(checkpoint), "--max_new_tokens", "8"],
+        [*command("translate"), str(checkpoint), "--max_new_tokens", "8", "--no_split_sentences"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

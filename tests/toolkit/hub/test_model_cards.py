@@ -235,7 +235,7 @@ def test_the_card_names_the_test_set_results_json_records(checkpoint):
     given = EvaluationSet(dataset_id="other", dataset_name="Other")  # given explicitly: wins over results.json
     assert card_dataset(given)[1] == {"type": "other", "name": "Other", "config": "de-en", "split": "test"}
     edit_json(checkpoint / "results.json", test_set=describe_test_set(DataArguments()))
-    # Fields named alone (push_to_hub.py's --dataset* flags) replace those of the recorded set, and only those.
+    # Fields named alone (vaswani-push's --dataset* flags) replace those of the recorded set, and only those.
     expected = {"type": "multi30k", "name": "Flickr test", "config": "task1", "split": "test_2016_flickr"}
     assert card_dataset({"dataset_name": "Flickr test"}) == (["multi30k"], expected)
 

@@ -22,6 +22,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.cli import convert
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
+from modeling_vaswani.toolkit.interop.convert import ConversionError, departures
 from modeling_vaswani.toolkit.interop.fairseq import (
     MOSES_NORMALIZER,
     MOSES_PRE_TOKENIZER,
@@ -33,7 +34,6 @@ from modeling_vaswani.toolkit.interop.fairseq import (
     read_codes,
     read_dictionary,
 )
-from modeling_vaswani.toolkit.interop.marian import ConversionError, departures
 
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 D_MODEL, HEADS, D_FF, LAYERS, MAX_POSITIONS = 16, 4, 32, 2, 64

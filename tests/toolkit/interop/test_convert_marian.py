@@ -12,6 +12,7 @@ import torch
 from helpers.fresh_process import reload_in_fresh_process
 from helpers.tiny_models import tiny_config
 from safetensors.torch import load_file, save_file
+from speed.to_marian import to_marian
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -34,7 +35,6 @@ from modeling_vaswani.toolkit.interop.marian import (
     convert_marian,
     convert_marian_checkpoint,
     halves_to_interleaved,
-    to_marian,
 )
 
 SOURCES = ["A man in a blue shirt is riding a bike.", "Two dogs play in the snow.", "A girl sings."]

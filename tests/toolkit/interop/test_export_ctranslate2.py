@@ -253,9 +253,12 @@ def test_translate_runs_an_exported_folder_with_the_usual_checks(export_folder, 
     code, _, err = run_command(translate, [export_folder, "--input", source, "--engine", "ctranslate2"], capsys)
     assert code == 0, err
 
-    (tmp_path / "empty_line.en").write_text("A man.\n\nA dog.\n")
-    code, _, err = run_command(translate, [export_folder, "--input", tmp_path / "empty_line.en"], capsys)
+    (tmp_path / "empty_line.en").write_text("A man.\n\nA dog.\n")  # refused one sentence a line, else kept empty
+    argv = [export_folder, "--input", tmp_path / "empty_line.en", "--no_split_sentences"]
+    code, _, err = run_command(translate, argv, capsys)
     assert code == 2 and "sentence 2 is empty" in err
+    code, out, err = run_command(translate, [export_folder, "--input", tmp_path / "empty_line.en"], capsys)
+    assert code == 0 and out.count("\n") == 3 and out.split("\n")[1] == "", err
     code, _, err = run_command(translate, [export_folder, "--input", source, "--output", source], capsys)
     assert code == 2 and "is also an input" in err
     code, _, err = run_command(translate, [export_folder, "--input", source, "--max_input_tokens", 2000], capsys)

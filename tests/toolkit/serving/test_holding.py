@@ -394,7 +394,7 @@ def test_metrics_count_what_was_asked(checkpoint, tmp_path):
     with running_server([str(checkpoint)], tmp_path / "log") as (url, _):
         for _ in range(3):
             assert call(f"{url}/translate", {"text": SENTENCES})[0] == 200
-        assert call(f"{url}/translate", {"text": ""})[0] == 422
+        assert call(f"{url}/translate", {"text": "", "split_sentences": False})[0] == 422  # one sentence: refused
         assert call(f"{url}/score", {"source": SENTENCES[:1], "target": ["Ein Mann."]})[0] == 200
         _, _, text = call(f"{url}/metrics")
         text = text.decode()

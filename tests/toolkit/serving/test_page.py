@@ -123,6 +123,8 @@ def test_the_page_translates_with_the_chosen_model_and_options(server, browser, 
         )
         shown = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#translations li")]
         request = {"text": SENTENCES, "model": model, "num_beams": 2, "paper_decoding": False}
+        if model in health["aligning"]:  # for pointing at a word (a CTranslate2 export gives none)
+            request["alignments"] = True
         assert browser.execute_script("return window.sent.at(-1)") == request
         _, answer = post(f"{server}/translate", request)
         assert shown == [text.strip() for text in answer["translations"]], model
@@ -149,3 +151,48 @@ def test_the_page_sends_the_key_a_server_asks_for(checkpoint, browser, tmp_path)
         browser.find_element(By.ID, "translate").click()
         WebDriverWait(browser, 120).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#translations li"))
         assert browser.find_element(By.CSS_SELECTOR, "#translations li").text == REFERENCES[0]
+
+
+def test_a_pasted_paragraph_comes_back_with_all_its_sentences(server, browser):
+    """A paragraph a line: the page sends each line as a text, the server splits it into sentences, and every
+    sentence's translation (what the model learned, known in advance) is shown, joined as the paragraph was."""
+    browser.get(server + "/")
+    assert "one sentence a line" not in browser.find_element(By.TAG_NAME, "body").text.lower()
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys(f"{SENTENCES[0]} {SENTENCES[1]} {SENTENCES[2]}\n\n{SENTENCES[2]}  {SENTENCES[0]}")
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 120).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#translations li")) == 2)
+    shown = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#translations li")]
+    # The browser shows runs of spaces as one.
+    assert shown == [" ".join(REFERENCES), f"{REFERENCES[2]} {REFERENCES[0]}"]
+
+
+def test_pointing_at_a_translated_word_lights_up_its_aligned_source_words(server, browser):
+    """A paragraph of two sentences pasted and translated: pointing at each word of the translation lights up exactly
+    the source words the server's alignment pairs name for it (read here from the server's own JSON answer), the
+    second sentence's words counted after the first's."""
+    paragraph = f"{SENTENCES[0]} {SENTENCES[1]}"
+    browser.get(server + "/")
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#model option"))
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys(paragraph)
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 120).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#translations li .word"))
+    _, answer = post(f"{server}/translate", {"text": [paragraph], "alignments": True})
+    (translation,), (pairs,) = answer["translations"], answer["alignments"]
+    assert translation == f"{REFERENCES[0]} {REFERENCES[1]}"
+    targets = browser.find_elements(By.CSS_SELECTOR, "#translations li .word")
+    assert [span.text for span in targets] == translation.split()
+    second = len(SENTENCES[0].split())
+    assert any(s >= second for s, _ in pairs), "the second sentence's words are aligned too"
+    for target, span in enumerate(targets):
+        webdriver.ActionChains(browser).move_to_element(span).perform()
+        lit = browser.find_elements(By.CSS_SELECTOR, "#aligned-source .word.lit")
+        expected = sorted({s for s, t in pairs if t == target})
+        assert [int(word.get_attribute("data-word")) for word in lit] == expected, target
+        assert [word.text for word in lit] == [paragraph.split()[s] for s in expected]
+        assert "pointed" in span.get_attribute("class")
+    shown = browser.find_elements(By.CSS_SELECTOR, "#aligned-source .word")
+    assert [word.text for word in shown] == paragraph.split()

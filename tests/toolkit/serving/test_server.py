@@ -14,6 +14,7 @@ from helpers.training_setup import TINY_PAIRS
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
+from modeling_vaswani.toolkit.evaluation.alignment import translate_aligned  # noqa: E402
 from modeling_vaswani.toolkit.evaluation.translate import translate, translate_nbest  # noqa: E402
 from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
 
@@ -204,7 +205,11 @@ def test_concurrent_clients_are_answered_and_batched(server, checkpoint):
     ("body", "status", "field_name"),
     [
         (b"{not json", 400, "body"),
-        ({"text": ""}, 422, "text"),
+        ({"text": "", "split_sentences": False}, 422, "text"),  # one sentence a text: an empty one is refused
+        ({"text": [" "], "split_sentences": False}, 422, "text"),
+        ({"text": "A dog.", "split_sentences": "no"}, 422, "split_sentences"),
+        ({"text": ["A dog. A cat."], "num_beams": 2, "nbest": 2}, 422, "text"),  # n-best of a paragraph
+        ({"text": ["A dog.", " "], "target_prefix": ["", "Ein"]}, 422, "target_prefix"),  # for a blank text
         ({"text": ["A dog."], "num_beams": "four"}, 422, "num_beams"),
         ({"text": ["A dog."], "nbest": 0}, 422, "nbest"),
         ({"text": ["A dog."], "unknown": 1}, 422, "unknown"),
@@ -247,7 +252,7 @@ def test_bad_score_and_attention_requests_get_a_4xx(server, path, body, status, 
 def test_texts_over_max_input_tokens_are_refused_not_cut(server, checkpoint, max_input_tokens):
     """The server's --max_input_tokens, for every endpoint."""
     _, tokenizer = load_translator(str(checkpoint))
-    text = " ".join(["A dog runs."] * 40)
+    text = " ".join(["a dog runs"] * 40)  # one sentence (split into sentences, "A dog runs." * 40 would be 40)
     assert len(tokenizer(text)["input_ids"]) > max_input_tokens
     for path, body, field_name in (
         ("translate", {"text": text}, "text"),
@@ -258,3 +263,122 @@ def test_texts_over_max_input_tokens_are_refused_not_cut(server, checkpoint, max
         status, answer = post(f"{server}/{path}", body)
         assert (status, answer["error"]["field"]) == (422, field_name), answer
         assert f"limit of {max_input_tokens}" in answer["error"]["message"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Paragraphs: each text split into sentences, translated, and joined with its own spacing
+# ---------------------------------------------------------------------------------------------------------------------
+
+# Texts made of the sentences the served model learned, as templates: filled with the sentences they are the text,
+# filled with those sentences' translations (each translated alone) they are what must come back.
+TEMPLATES = ["{0}  {1}", "", "\t{2} {0} ", "   ", "{1}\n\n{2}"]  # a blank line inside the last text
+
+
+def paragraph_texts(parts: list[str]) -> list[str]:
+    return [template.format(*parts) if template.strip() else template for template in TEMPLATES]
+
+
+@pytest.mark.parametrize("engine", ["pytorch", "ctranslate2"])
+def test_a_paragraph_comes_back_as_its_sentences_translations_joined(server, checkpoint, exported, engine):
+    if engine == "ctranslate2" and exported is None:
+        pytest.skip("CTranslate2 is not installed (pip install modeling_vaswani[ctranslate2])")
+    name = str(checkpoint if engine == "pytorch" else exported)
+    model, tokenizer = load_translator(name)
+    alone = translate(model, tokenizer, SENTENCES, batch_size=1, split_sentences=False, progress=False)
+    if engine == "pytorch":
+        assert alone == REFERENCES  # what the model learned: the references known in advance
+    texts = paragraph_texts(SENTENCES)
+    expected = [text if text.strip() else "" for text in paragraph_texts(alone)]
+    status, body = post(f"{server}/translate", {"text": texts, "model": name})
+    assert status == 200, body
+    assert body["translations"] == expected  # one per text, blank texts empty
+    assert expected[0] == f"{alone[0]}  {alone[1]}" and expected[3] == ""
+    status, body = post(f"{server}/translate", {"text": texts[0], "model": name})
+    assert status == 200 and body["translations"] == expected[0]
+    status, body = post(f"{server}/translate", {"text": ["  ", ""], "model": name})
+    assert status == 200 and body["translations"] == ["", ""]
+    assert translate(model, tokenizer, texts, progress=False) == expected  # the library's, as ever
+
+
+def test_split_sentences_false_translates_each_text_whole(server, checkpoint):
+    model, tokenizer = load_translator(str(checkpoint))
+    texts = [paragraph_texts(SENTENCES)[0], SENTENCES[2]]
+    whole = translate(model, tokenizer, texts, split_sentences=False, max_new_tokens=12, progress=False)
+    status, body = post(f"{server}/translate", {"text": texts, "split_sentences": False, "max_new_tokens": 12})
+    assert status == 200 and body["translations"] == whole
+    assert whole[0] != paragraph_texts(REFERENCES)[0], "a paragraph read as one sentence: not what splitting gives"
+
+
+def test_a_sentence_over_the_limit_is_named_by_its_text_and_first_words(server, max_input_tokens):
+    long = " ".join(["a dog runs"] * 40) + "."
+    status, answer = post(f"{server}/translate", {"text": [SENTENCES[0], f"{SENTENCES[1]} {long}"]})
+    assert (status, answer["error"]["field"]) == (422, "text"), answer
+    message = answer["error"]["message"]
+    assert message.startswith("text 2, sentence 2 ('a dog runs a ...') is "), message
+    assert f"more than the limit of {max_input_tokens}" in message and "in texts [2]" in message
+    status, answer = post(f"{server}/translate", {"text": "A dog runs. A cat sits.", "nbest": 2, "num_beams": 2})
+    assert status == 422 and "text 1 holds 2 sentences" in answer["error"]["message"]
+    assert "split_sentences" in answer["error"]["message"]
+
+
+def test_a_prefix_starts_a_texts_first_sentence(server, checkpoint):
+    model, tokenizer = load_translator(str(checkpoint))
+    body = {
+        "text": [paragraph_texts(SENTENCES)[0], SENTENCES[2]],
+        "target_prefix": ["Ein Mann", ""],
+        "max_new_tokens": 8,
+    }
+    status, answer = post(f"{server}/translate", body)
+    assert status == 200, answer
+    first = translate(
+        model, tokenizer, [SENTENCES[0], SENTENCES[1], SENTENCES[2]], target_prefixes=["Ein Mann", "", ""],
+        split_sentences=False, max_new_tokens=8, progress=False,
+    )  # fmt: skip
+    assert answer["translations"] == [f"{first[0]}  {first[1]}", first[2]]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Word alignments: "alignments": true answers each text's pairs, in the text's and its translation's word positions
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_alignments_are_the_librarys_in_each_texts_words(server, checkpoint):
+    """The library's (translate_aligned: tests/toolkit/evaluation/test_translate_aligned.py checks it against each
+    sentence aligned alone), for paragraphs, blank texts and one text; none without the field."""
+    model, tokenizer = load_translator(str(checkpoint))
+    texts = paragraph_texts(SENTENCES)
+    expected = translate_aligned(model, tokenizer, texts, progress=False)
+    status, body = post(f"{server}/translate", {"text": texts, "alignments": True})
+    assert status == 200, body
+    assert (
+        body["translations"]
+        == [line.text for line in expected]
+        == [text if text.strip() else "" for text in paragraph_texts(REFERENCES)]
+    )
+    assert body["alignments"] == [[list(pair) for pair in line.alignment] for line in expected]
+    assert body["alignments"][1] == body["alignments"][3] == []  # blank texts
+    for text, translation, pairs in zip(texts, body["translations"], body["alignments"], strict=True):
+        assert [t for _, t in pairs] == list(range(len(translation.split())))  # every target word once, in order
+        assert all(s < len(text.split()) for s, _ in pairs)
+    status, body = post(f"{server}/translate", {"text": texts[0], "alignments": True})
+    assert status == 200 and body["alignments"] == [list(pair) for pair in expected[0].alignment]
+    whole = translate_aligned(model, tokenizer, texts[:1], split_sentences=False, progress=False)
+    status, body = post(f"{server}/translate", {"text": texts[:1], "alignments": True, "split_sentences": False})
+    assert status == 200 and body["alignments"] == [[list(pair) for pair in whole[0].alignment]]
+    status, body = post(f"{server}/translate", {"text": texts})
+    assert status == 200 and "alignments" not in body
+
+
+def test_alignments_are_refused_where_they_cannot_be_made(server, exported):
+    status, answer = post(f"{server}/translate", {"text": "A dog.", "alignments": "yes"})
+    assert (status, answer["error"]["field"]) == (422, "alignments"), answer
+    status, answer = post(f"{server}/translate", {"text": "A dog.", "alignments": True, "nbest": 2, "num_beams": 2})
+    assert (status, answer["error"]["field"]) == (422, "alignments"), answer
+    assert "one translation; expected no nbest" in answer["error"]["message"]
+    _, health = get_json(f"{server}/health")
+    if exported is None:
+        pytest.skip("CTranslate2 is not installed (pip install modeling_vaswani[ctranslate2])")
+    assert health["aligning"] == [health["models"][0]]  # the checkpoint, not its export
+    status, answer = post(f"{server}/translate", {"text": "A dog.", "alignments": True, "model": str(exported)})
+    assert (status, answer["error"]["field"]) == (422, "alignments"), answer
+    assert f"{exported} is a CTranslate2 export; alignments need a PyTorch model" in answer["error"]["message"]

@@ -25,7 +25,7 @@ from modeling_vaswani.toolkit.training.presets import PRESETS
 
 STEPS, DEV = 4, 8
 SMALL = {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "num_heads": 4, "d_ff": 1024}
-# What each requested line must be on the small preset (module docstring of toolkit/ablation.py), and its eps_ls.
+# What each requested line must be on the small preset (the docstring of toolkit/training/ablation.py); its eps_ls.
 ROWS = {
     "base": ({}, 0.1),
     "B:d_k=32": ({"d_k": 32, "d_v": 64}, 0.1),  # d_k halved, d_v kept

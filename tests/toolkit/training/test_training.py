@@ -9,12 +9,17 @@ import pytest
 import sacrebleu
 import torch
 from helpers.training_setup import tiny_checkpoint, tokenized_slice
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, EvalPrediction, Seq2SeqTrainer
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, EvalPrediction, Seq2SeqTrainer
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_vaswani.toolkit.training.averaging import average_checkpoints
 from modeling_vaswani.toolkit.training.presets import preset_config
-from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments, check_private_hooks
+from modeling_vaswani.toolkit.training.trainer import (
+    VaswaniTrainer,
+    VaswaniTrainingArguments,
+    check_private_hooks,
+    non_persistent_buffers,
+)
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +58,32 @@ def test_learning_rate_follows_equation_3(checkpoint, tmp_path):
         assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-9), step
         optimizer.step()
         scheduler.step()
+
+
+def test_the_trainer_leaves_its_callers_arguments_as_given(checkpoint, tmp_path):
+    # One arguments object for two models of other widths: each Trainer follows Equation 3 with its own d_model, on
+    # its own copy of the arguments, and the caller's learning_rate stays 0 ("take Equation 3's").
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    args = VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], use_cpu=True, warmup_steps=4, max_steps=8)
+    given = args.to_dict()
+    for d_model in (32, 64):
+        config = AutoConfig.from_pretrained(checkpoint, d_model=d_model, d_ff=2 * d_model)
+        model = AutoModelForSeq2SeqLM.from_config(config)
+        trainer = VaswaniTrainer(model=model, args=args, train_dataset=tokenized_slice(tokenizer, 16))
+        assert args.to_dict() == given and args.learning_rate == 0
+        trainer.create_optimizer_and_scheduler(num_training_steps=8)
+        for step in range(1, 9):
+            expected = d_model**-0.5 * min(step**-0.5, step * 4**-1.5)
+            assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-9), (d_model, step)
+            trainer.optimizer.step()
+            trainer.lr_scheduler.step()
+
+
+def test_non_persistent_buffers_are_those_no_state_dict_holds(checkpoint):
+    # What torch's private Module._non_persistent_buffers_set gives, against the public definition.
+    model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+    public = {name for name, _ in model.named_buffers()} - model.state_dict().keys()
+    assert public and non_persistent_buffers(model) == public  # the sinusoid tables of Section 3.5
 
 
 def test_explicit_peak_learning_rate_keeps_the_shape(checkpoint, tmp_path):

@@ -1,0 +1,351 @@
+"""Markup carried across translation: inline tags in a line of text (`<b>`, `<i>`, `<a href="...">`, `<br/>`, nested
+or side by side) and HTML documents. Parsing, repairing and serializing are lxml's (libxml2's HTML parser, chosen by
+measurement: docs/documents.md#markup); no model here (evaluation/documents.py translates).
+
+The steps, for a text (`Document`):
+1. Parse: a text starting with `<!DOCTYPE` or `<html` as a whole document, anything else as a fragment (a line with
+   inline tags, or a piece of a page). Malformed HTML is repaired as libxml2 repairs it: unclosed elements are closed
+   where their parent ends, a stray end tag is dropped, an inline element left open across a block is closed at the
+   block's end (browsers, following WHATWG, would reopen it in the next block), misnested inline tags are closed
+   at the first end tag that does not match, bare `&` and `<` are read as text.
+2. Runs: the text to translate is every run of inline content (text and inline elements: `INLINE`) inside a block
+   element, up to the next block element; each run is translated as one line (its sentences split and translated by
+   the caller). Kept verbatim, never translated: `VERBATIM` elements (`<script>`, `<style>`, `<code>`, `<pre>`,
+   `<textarea>`), any element with `translate="no"` (with everything in it), comments. Attributes (`alt`, `title`)
+   are not translated.
+3. Take the tags out (`strip`): a run's text without its tags, and each inline element as a `Tag` holding the span
+   of the words it wraps (positions in the stripped text's `.split()`, what the aligner counts). A verbatim element
+   inside a run is taken out whole, content and all, and its words are not translated.
+4. Put them back (`place`, `fill`) around the target words the alignment links to each tag's source words.
+5. Serialize: lxml's HTML serializer for `format="html"`, its XML one for `"xml-inline"` (`<br/>`, and a
+   well-formed XML fragment).
+
+What no library does, and is written here by hand: the runs (which content is translated as one line), the word
+spans of tags, and the placing of tags on the target words (`place`).
+"""
+
+import bisect
+import copy
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import lxml.etree
+import lxml.html
+
+FORMATS = ("html", "xml-inline")
+
+# Inline (phrasing) elements: their content belongs to the sentence around them. Anything else (div, p, li, td, h1,
+# unknown custom elements) is a block: a run of text ends at it, so no sentence is made of the text of two blocks.
+INLINE = frozenset(
+    "a abbr acronym b bdi bdo big br cite code data del dfn em font i img input ins kbd label mark nobr q rp rt ruby "
+    "s samp small span strike strong sub sup textarea time tt u var wbr".split()
+)
+# Kept as they are, content included: code and scripts are not text in the page's language.
+VERBATIM = frozenset({"script", "style", "code", "pre", "textarea"})
+# Verbatim elements that may stand between blocks or inside a run without ending it (a <pre> is a block).
+SCRIPTS = frozenset({"script", "style", "textarea"})
+VOID = frozenset(lxml.html.defs.empty_tags)
+_RUN = "vaswani-run"  # the temporary element a run is gathered in, dropped after translation
+_DOCUMENT = re.compile(r"\s*(<\?xml[^>]*>\s*)?(<!doctype|<html)", re.IGNORECASE)
+
+
+def word_spans(text: str) -> list[tuple[int, int]]:
+    """The (start, end) character offsets of `text.split()`'s words."""
+    return [match.span() for match in re.finditer(r"\S+", text)]
+
+
+def is_verbatim(element) -> bool:
+    """Whether `element` is kept as it is: a comment or processing instruction, a VERBATIM element, or one marked
+    translate="no"."""
+    if not isinstance(element.tag, str):
+        return True
+    return element.tag.lower() in VERBATIM or (element.get("translate") or "").strip().lower() == "no"
+
+
+def is_inline(element) -> bool:
+    """Whether `element` belongs to the run of text around it: a comment, a script or style (which may stand
+    anywhere), or an INLINE element with no block inside (a verbatim one's inside is not looked at: it is kept
+    whole). A `<pre>` or a block marked translate="no" is a block, kept as it is."""
+    if not isinstance(element.tag, str) or element.tag.lower() in SCRIPTS:
+        return True
+    if element.tag.lower() not in INLINE:
+        return False
+    return is_verbatim(element) or all(is_inline(inner) for inner in element.iterchildren())
+
+
+@dataclass
+class Tag:
+    """An inline element of a run, taken out of its text: `element`, a copy without text, children or tail (a
+    verbatim one whole, with its content), wraps source words `start` to `end` (exclusive; positions in `.split()`
+    of the run's stripped text). `start == end`: it wraps no word (`<br/>`, an empty element, a verbatim one, one of
+    whitespace only), and stands after source word `start - 1`. `children`: the tags inside it, in order."""
+
+    element: object
+    start: int
+    end: int
+    children: list["Tag"] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.element.tag if isinstance(self.element.tag, str) else "<!-->"
+
+
+@dataclass
+class Marked:
+    """A run of text with its tags taken out: `text` (what is translated) and its `tags` (the outermost, in
+    order)."""
+
+    text: str
+    tags: list[Tag]
+
+
+def strip(container) -> Marked:
+    """The text of `container`'s content (its text, children and their tails, not its own tail), tags taken out, and
+    the tags (`Tag`) with the word spans they wrap."""
+    parts: list[str] = []
+    spans: list[tuple[Tag, int, int]] = []  # each tag with the character offsets it wraps, turned into words below
+    length = 0
+
+    def add(text: str | None) -> None:
+        nonlocal length
+        if text:
+            parts.append(text)
+            length += len(text)
+
+    def collect(parent) -> list[Tag]:
+        tags = []
+        add(parent.text)
+        for child in parent:
+            start = length
+            if is_verbatim(child):
+                element, children = copy.deepcopy(child), []
+                element.tail = None
+            else:
+                element = child.makeelement(child.tag, dict(child.attrib))
+                children = collect(child)
+            tag = Tag(element, 0, 0, children)
+            spans.append((tag, start, length))
+            tags.append(tag)
+            add(child.tail)
+        return tags
+
+    tags = collect(container)
+    text = "".join(parts)
+    words = word_spans(text)
+    starts, ends = [start for start, _ in words], [end for _, end in words]
+    for tag, start, end in spans:
+        # The words the characters touch: a tag ending inside a word ("<b>dog</b>s") wraps the whole word.
+        first, after = bisect.bisect_right(ends, start), bisect.bisect_left(starts, end)
+        tag.start, tag.end = (first, after) if first < after else (first, first)
+    return Marked(text, tags)
+
+
+def check_links(links: Sequence[tuple[int, int]], sources: int, targets: int) -> None:
+    """Refuses a link that is not a (source word, target word) pair inside `sources` and `targets` words."""
+    for link in links:
+        if len(link) != 2 or not (0 <= link[0] < sources and 0 <= link[1] < targets):
+            raise ValueError(
+                f"alignment link {link!r} is not a (source word, target word) pair of a text of {sources} source "
+                f"and {targets} target words; expected 0 <= source < {sources}, 0 <= target < {targets}"
+            )
+
+
+@dataclass
+class Placed:
+    """A tag placed on target words `start` to `end` (exclusive; `start == end`: between words start - 1 and
+    start), its children placed inside."""
+
+    tag: Tag
+    start: int
+    end: int
+    children: list["Placed"]
+
+
+def place(tags: Sequence[Tag], links: Sequence[tuple[int, int]], sources: int, targets: int) -> list[Placed]:
+    """Where each tag goes in a translation of `targets` words, from the (source word, target word) `links`:
+
+    - a tag wrapping words wraps the smallest contiguous target span covering every target word linked to any of
+      its source words;
+    - a tag wrapping no word (`<br/>`, verbatim content) goes right after the last target word linked to the source
+      word before it (the nearest one before it that has a link; at the start of the translation if none has);
+    - a tag wrapping words none of which is linked goes where a tag wrapping no word would, and wraps no word (it
+      is still there, empty);
+    - nesting and order are kept, the source's: a tag is clamped into its parent's target span, and siblings into
+      the order they had: one that would start before the previous sibling ends (crossing or reordered
+      alignments) starts where that one ends, and ends no earlier than it starts (possibly wrapping no word).
+    Every tag is placed: none is dropped."""
+    check_links(links, sources, targets)
+    linked: list[list[int]] = [[] for _ in range(sources)]
+    for source, target in links:
+        linked[source].append(target)
+
+    def wanted(tag: Tag) -> tuple[int, int]:
+        covered = [target for source in range(tag.start, tag.end) for target in linked[source]]
+        if covered:
+            return min(covered), max(covered) + 1
+        before = next((linked[source] for source in range(tag.start - 1, -1, -1) if linked[source]), [-1])
+        return max(before) + 1, max(before) + 1
+
+    def clamp(siblings: Sequence[Tag], low: int, high: int) -> list[Placed]:
+        placed, cursor = [], low
+        for tag in siblings:
+            start, end = wanted(tag)
+            start = min(max(start, cursor), high)
+            end = min(max(end, start), high)
+            placed.append(Placed(tag, start, end, clamp(tag.children, start, end)))
+            cursor = end
+        return placed
+
+    return clamp(tags, 0, targets)
+
+
+def fill(container, marked: Marked, target: str, links: Sequence[tuple[int, int]]) -> None:
+    """Makes `target` (the translation of `marked.text`) with `marked`'s tags placed by `links` (`place`) the content
+    of `container`, replacing what it held (its tail is left alone). Stripping the tags from the result gives
+    `target` exactly."""
+    words = word_spans(target)
+    placed = place(marked.tags, links, len(marked.text.split()), len(words))
+    for child in list(container):
+        container.remove(child)
+    container.text = None
+
+    def put(parent, text: str, last) -> None:
+        if not text:
+            return
+        if last is None:
+            parent.text = (parent.text or "") + text
+        else:
+            last.tail = (last.tail or "") + text
+
+    def build(parent, tags: Sequence[Placed], low: int, high: int) -> None:
+        cursor, last = low, None
+        for item in tags:
+            if item.start < item.end:
+                start, end = words[item.start][0], words[item.end - 1][1]
+            else:  # right after the word before, not before the space that follows it
+                start = end = words[item.start - 1][1] if item.start > 0 else 0
+            # `place` nested and ordered the word spans; in characters, a tag wrapping no word at its parent's first
+            # word would sit before the parent's first character (at the end of the word before): kept inside.
+            start = min(max(start, cursor), high)
+            end = min(max(end, start), high)
+            put(parent, target[cursor:start], last)
+            element = copy.deepcopy(item.tag.element)
+            if not is_verbatim(item.tag.element):
+                build(element, item.children, start, end)
+            parent.append(element)
+            cursor, last = end, element
+        put(parent, target[cursor:high], last)
+
+    build(container, placed, 0, len(target))
+
+
+def _fragment(text: str):
+    return lxml.html.fragment_fromstring(text, create_parent="div")
+
+
+def _wrap_runs(block, runs: list) -> None:
+    """Gathers each run of inline content of `block` (and of the blocks inside it) that holds words into a temporary
+    element, appended with its `Marked` to `runs`."""
+    segments, current = [], (None, [])  # (the element whose tail starts the run, None: the block's text; elements)
+    for child in list(block):
+        if is_inline(child):
+            current[1].append(child)
+            continue
+        segments.append(current)
+        current = (child, [])
+        if not is_verbatim(child):
+            _wrap_runs(child, runs)
+    segments.append(current)
+    for owner, inline in segments:
+        lead = block.text if owner is None else owner.tail
+        if not inline and not (lead or "").strip():
+            continue  # whitespace between blocks: nothing to translate
+        wrapper = block.makeelement(_RUN, {})
+        if owner is None:
+            block.text = None
+            block.insert(0, wrapper)
+        else:
+            owner.tail = None
+            owner.addnext(wrapper)
+        wrapper.text = lead
+        for element in inline:
+            wrapper.append(element)  # its tail moves with it
+        marked = strip(wrapper)
+        if marked.text.strip():
+            runs.append((wrapper, marked))
+        else:  # only verbatim content or empty tags: left as it was
+            wrapper.drop_tag()
+
+
+class Document:
+    """A text with markup, parsed (`FORMATS`: "html" for pages and fragments of pages, "xml-inline" for a line with
+    inline tags, written back as XML), and its `runs`: the text to translate, each a `Marked` run translated as a
+    line. `write` gives the text back with the runs' translations in place."""
+
+    def __init__(self, text: str, format: str = "html"):
+        if format not in FORMATS:
+            raise ValueError(f"unknown markup format {format!r}; expected one of {list(FORMATS)}")
+        if not isinstance(text, str):
+            raise ValueError(f"a document is a {type(text).__name__}; expected a str")
+        self.format, self.text = format, text
+        self.whole = bool(_DOCUMENT.match(text))
+        self.runs: list[Marked] = []
+        self._wrappers: list = []
+        if not text.strip():  # lxml refuses an empty document; there is nothing to translate or repair
+            self.root = None
+            return
+        if self.whole:
+            # A str holding an XML declaration with an encoding is refused by lxml: it is already decoded.
+            self.root = lxml.html.document_fromstring(_DOCUMENT.sub(lambda m: m.group(2), text, count=1))
+        else:
+            self.root = _fragment(text)
+        found: list = []
+        _wrap_runs(self.root, found)
+        self._wrappers = [wrapper for wrapper, _ in found]
+        self.runs = [marked for _, marked in found]
+
+    def write(self, translations: Sequence[str], links: Sequence[Sequence[tuple[int, int]]]) -> str:
+        """The document with each run replaced by its translation, tags placed by its (source word, target word)
+        `links` (`fill`), serialized. Call once."""
+        if len(translations) != len(self.runs) or len(links) != len(self.runs):
+            raise ValueError(
+                f"{len(translations)} translations and {len(links)} alignments for {len(self.runs)} runs of text; "
+                "expected one of each a run"
+            )
+        for wrapper, marked, target, pairs in zip(self._wrappers, self.runs, translations, links, strict=True):
+            fill(wrapper, marked, target, pairs)
+            wrapper.drop_tag()
+        if self.root is None:
+            return self.text
+        method = "html" if self.format == "html" else "xml"
+        if method == "xml":  # an empty element written <b></b>, not <b/>, which an HTML reader takes for an open <b>
+            for element in self.root.iter(lxml.etree.Element):
+                if element.text is None and not len(element) and element.tag.lower() not in VOID:
+                    element.text = ""
+        if self.whole:
+            return lxml.html.tostring(self.root.getroottree(), encoding="unicode", method=method)
+        written = lxml.etree.tostring(self.root, encoding="unicode", method=method)
+        # The fragment was parsed into a <div> of its own (create_parent): its content is the text.
+        if not (written.startswith("<div>") and written.endswith("</div>")):
+            raise RuntimeError(f"lxml wrote the fragment's container as {written[:20]!r}...; expected <div>...</div>")
+        return written[len("<div>") : -len("</div>")]
+
+
+def write_documents(
+    documents: Sequence[Document], translations: Sequence[str], links: Sequence[Sequence[tuple[int, int]]]
+) -> list[str]:
+    """Each document written (`Document.write`) with its runs' `translations` and `links`, given for the runs of all
+    the documents, in order."""
+    runs = sum(len(document.runs) for document in documents)
+    if len(translations) != runs or len(links) != runs:
+        raise ValueError(
+            f"{len(translations)} translations and {len(links)} alignments for the {runs} runs of text of "
+            f"{len(documents)} documents; expected one of each a run"
+        )
+    written, start = [], 0
+    for document in documents:
+        end = start + len(document.runs)
+        written.append(document.write(translations[start:end], links[start:end]))
+        start = end
+    return written

@@ -1,0 +1,77 @@
+"""Translating texts with markup: HTML pages and lines with inline tags (data/markup.py parses them, takes the tags
+out and puts them back), the text of every document split into sentences (data/sentences.py), all sentences of all
+documents translated in one `translate` call (batched by length together, as plain lines are), and the tags put
+back around the target words the model's own alignment (`word_alignments`) links to the words they wrapped."""
+
+from collections.abc import Sequence
+
+from ..data.markup import FORMATS, Document, write_documents
+from ..data.sentences import preview
+from .alignment import line_alignments, word_alignments
+from .translate import InputError, split_input, translate
+
+
+def translate_markup(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    format: str = "html",
+    language: str | None = None,
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    max_input_tokens: int | None = None,
+    paper_decoding: bool = True,
+    progress: bool = False,
+    first: int = 1,
+    **generate_kwargs,
+) -> list[str]:
+    """The translations of `texts`, each an HTML document or fragment (`format="html"`) or a line with inline tags
+    (`"xml-inline"`, written back as well-formed XML), markup kept: see data/markup.py for what is translated, what
+    is kept verbatim and how malformed HTML is repaired.
+
+    Every run of text of every document (`Document.runs`) is split into sentences by sentencex's rules for
+    `language` (None: the tokenizer's recorded source language), and all the sentences are translated in one
+    `translate` call (batches by length across documents; `batch_size`, `max_tokens`, `max_input_tokens`,
+    `paper_decoding` and `generate_kwargs` are its). The sentences of runs that hold tags are then aligned to their
+    translations (`word_alignments`, so `model` must be a PyTorch model when there are tags) and the tags placed on
+    the target words linked to the words they wrapped (`markup.place` says how crossings and unaligned tags go).
+    An InputError names the text at fault (numbered from `first`) and its sentence, and its `sentence` is that text's
+    place in `texts`, from 1."""
+    if format not in FORMATS:
+        raise ValueError(f"unknown markup format {format!r}; expected one of {list(FORMATS)}")
+    if isinstance(texts, str):
+        raise ValueError("texts is a str; expected a list of documents (a single one in a list)")
+    documents = [Document(text, format) for text in texts]
+    runs = [run for document in documents for run in document.runs]
+    layout = split_input([run.text for run in runs], tokenizer, language, unit="run of text")
+    owners = [number for number, document in enumerate(documents) for _ in document.runs]  # each run's text
+    translations = []
+    try:
+        if layout.sentences:
+            translations = translate(
+                model, tokenizer, layout.sentences, batch_size=batch_size, paper_decoding=paper_decoding,
+                progress=progress, max_input_tokens=max_input_tokens, max_tokens=max_tokens, split_sentences=False,
+                **generate_kwargs,
+            )  # fmt: skip
+    except InputError as error:  # it names a sentence among all of them: name its text instead
+        if error.sentence is None:
+            raise
+        text = owners[layout.line_index(error.sentence)]
+        shown = preview(layout.sentences[error.sentence - 1])
+        raise InputError(f"text {first + text}, its sentence {shown!r}: {error}", text + 1) from None
+    # Only the sentences of runs with tags need their words aligned: the others have nothing to place.
+    tagged = [
+        index
+        for line, run in enumerate(runs)
+        if run.tags
+        for index in range(layout.starts[line], layout.starts[line] + layout.count(line))
+    ]
+    links: list[list[tuple[int, int]]] = [[] for _ in layout.sentences]
+    if tagged:
+        aligned = word_alignments(
+            model, tokenizer, [layout.sentences[i] for i in tagged], [translations[i] for i in tagged],
+            batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens, progress=progress,
+        )  # fmt: skip
+        for index, pairs in zip(tagged, aligned, strict=True):
+            links[index] = pairs
+    return write_documents(documents, layout.join(translations), line_alignments(layout, translations, links))

@@ -1,0 +1,185 @@
+"""The "vaswani-translation" pipeline where the package is installed: the payload's pipeline, with texts split into
+sentences. The payload (pipeline_vaswani.py) travels as remote code and imports only torch and transformers, so the
+splitter (sentencex) cannot be there: the package registers this subclass for the task instead (modeling_vaswani's
+__init__), and a checkpoint loaded as remote code, where the package is not installed, gets the payload's pipeline,
+which translates each text whole as one sentence.
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+from ...pipeline_vaswani import VaswaniTranslationPipeline
+from ..data.sentences import Layout, split_lines
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """One sentence of a call, as the pipeline's preprocess receives it: its text, and whether it is the first of
+    its text (the one a `target_prefix` starts)."""
+
+    text: str
+    first: bool
+
+
+class SplittingTranslationPipeline(VaswaniTranslationPipeline):
+    """Identical to `VaswaniTranslationPipeline` except: texts are split into sentences (sentencex, by the model's
+    source language), all the sentences of a call are translated together (`batch_size` sentences a `generate()`
+    call), and each text's translations are joined with the text's own spacing; an empty or blank text gives "".
+
+    `split_sentences=False` (at creation or per call) translates each text whole, as the payload's pipeline does.
+    `language="de"` (at creation or per call) sets the splitter's language; by default it is the model's source
+    language as its training recorded it (results.json beside a local or Hub model, else the tokenizer's
+    configuration), else sentencex's generic rules. `target_prefix` starts the translation of each text's first
+    sentence. With `num_return_sequences` > 1 a text that splits into several sentences is refused (ValueError): the
+    candidates of a paragraph would be combinations of its sentences' ones. `alignments=True` (per call) adds to each
+    result an "alignment": the word alignment `alignment.translate_aligned` gives, (source word, target word) pairs
+    in the positions of the text's and the translation's `split()` (a paragraph's words counted across its
+    sentences); refused (ValueError) with `num_return_sequences` > 1. A text longer than `max_input_tokens`
+    (default: the model's `max_position_embeddings`) is refused by its sentence, before any translating.
+
+    `save_pretrained` saves it as the payload's pipeline (the model, whose save writes pipeline_vaswani.py and declares
+    it in config.json, and the tokenizer): this module is toolkit code, which does not run as remote code.
+    """
+
+    def __init__(self, *args, split_sentences: bool = True, language: str | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.split_sentences, self.language = split_sentences, language
+        self._model_language, self._model_language_known = None, False
+
+    def model_language(self) -> str | None:
+        """The model's source language as its training recorded it, looked up once (None: not recorded)."""
+        if not self._model_language_known:
+            # Imported when a text is first split: `import modeling_vaswani` registers this class, and stays light.
+            from .translate import source_language
+
+            name = getattr(self.model, "name_or_path", None) or None
+            self._model_language = source_language(name, self.tokenizer)
+            self._model_language_known = True
+        return self._model_language
+
+    def __call__(
+        self,
+        inputs,
+        split_sentences: bool | None = None,
+        language: str | None = None,
+        alignments: bool = False,
+        **kwargs,
+    ):
+        split = self.split_sentences if split_sentences is None else split_sentences
+        if alignments:
+            self.check_alignments(alignments, inputs, split, kwargs)
+        if not split:
+            results = super().__call__(inputs, **kwargs)
+            if alignments:  # one result a text (one candidate): each text aligned whole
+                texts = [inputs] if isinstance(inputs, str) else inputs
+                self.add_alignments(results, texts, [result["translation_text"] for result in results])
+            return results
+        single = isinstance(inputs, str)
+        if not single and not isinstance(inputs, list):
+            raise ValueError(
+                f"a {type(inputs).__name__} of texts; expected a str or a list of str (split_sentences=False takes "
+                "what the payload's pipeline takes, generators and datasets too)"
+            )
+        texts = [inputs] if single else inputs
+        for number, text in enumerate(texts, start=1):
+            if not isinstance(text, str):
+                raise ValueError(f"text {number} is a {type(text).__name__}; expected a str")
+        layout = split_lines(texts, language or self.language or self.model_language(), unit="text")
+        candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
+        self.check(layout, candidates, kwargs.get("max_input_tokens"))
+        results = []
+        if layout.sentences:
+            firsts = set(layout.starts)
+            items = [Sentence(text, i in firsts) for i, text in enumerate(layout.sentences)]
+            results = [r if isinstance(r, list) else [r] for r in super().__call__(items, **kwargs)]
+        # One list of candidates a text, each candidate the text's sentences' candidates of that rank, joined.
+        joined = [layout.join([result[rank]["translation_text"] for result in results]) for rank in range(candidates)]
+        per_text = [[{"translation_text": ranked[i]} for ranked in joined] for i in range(len(texts))]
+        if alignments:
+            tops = [result[0]["translation_text"] for result in results]
+            self.add_alignments([answer[0] for answer in per_text], layout.sentences, tops, layout)
+        if single:
+            return per_text[0]
+        return [answer[0] for answer in per_text] if candidates == 1 else per_text
+
+    def check_alignments(self, alignments, inputs, split: bool, kwargs: dict) -> None:
+        """Refuses (ValueError), before any translating, what `alignments` cannot be given for: a value other than
+        True, several candidates a text, a model with no attention weights, and without splitting an input other
+        than a str or a list (a generator is read as it is translated, and its texts are needed to align)."""
+        from .alignment import check_alignable
+
+        if alignments is not True:
+            raise ValueError(f"alignments={alignments!r}; expected True or False")
+        candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
+        if candidates > 1:
+            raise ValueError(
+                f"alignments=True with num_return_sequences={candidates}; alignments are of each text's one "
+                "translation: expected num_return_sequences=1"
+            )
+        if not split and not isinstance(inputs, (str, list)):
+            raise ValueError(f"alignments=True on a {type(inputs).__name__} of texts; expected a str or a list of str")
+        check_alignable(self.model)
+
+    def add_alignments(self, answers: list[dict], sources: list[str], translations: list[str], layout=None) -> None:
+        """Adds each answer's "alignment": `translations` (one a source) aligned to `sources` by
+        `alignment.word_alignments`; with `layout` (the sources are its sentences, the answers its lines), in the
+        lines' word positions (`alignment.line_alignments`)."""
+        from .alignment import line_alignments, word_alignments
+
+        pairs = word_alignments(self.model, self.tokenizer, sources, translations) if sources else []
+        if layout is not None:
+            pairs = line_alignments(layout, translations, pairs)
+        for answer, links in zip(answers, pairs, strict=True):
+            answer["alignment"] = links
+
+    def check(self, layout: Layout, candidates: int, max_input_tokens: int | None) -> None:
+        """Refuses (ValueError), before any translating, a text of several sentences when `candidates` > 1, and a
+        sentence longer than the input limit, naming the text and the sentence's first words."""
+        if candidates > 1:
+            for line, start in enumerate(layout.starts):
+                if layout.count(line) > 1:
+                    raise ValueError(
+                        f"text {line + 1} holds {layout.count(line)} sentences ({layout.name(start + 1)} and "
+                        f"{layout.count(line) - 1} more); num_return_sequences={candidates} returns one sentence's "
+                        "candidates: expected one sentence a text, or split_sentences=False to translate it whole"
+                    )
+        if max_input_tokens is not None:
+            self._sanitize_parameters(max_input_tokens=max_input_tokens)  # refuses one that is no count
+        limit = max_input_tokens or self._preprocess_params.get("max_input_tokens")
+        source = "max_input_tokens" if limit else "the model's max_position_embeddings"
+        limit = limit or self.model.config.max_position_embeddings
+        if not layout.sentences:
+            return
+        lengths = [len(ids) for ids in self.tokenizer(layout.sentences)["input_ids"]]
+        for number, length in enumerate(lengths, start=1):
+            if length > limit:
+                raise ValueError(
+                    f"{layout.name(number)} is {length} tokens long, more than the limit of {limit} ({source}); "
+                    "expected a shorter sentence"
+                )
+
+    def preprocess(self, text, max_input_tokens=None):
+        if not isinstance(text, Sentence):
+            return super().preprocess(text, max_input_tokens)
+        model_inputs = super().preprocess(text.text, max_input_tokens)
+        model_inputs["first_sentence"] = torch.tensor([[int(text.first)]])  # batched with the ids, by row
+        return model_inputs
+
+    def _forward(self, model_inputs, paper_decoding=True, target_prefix=None, **generate_kwargs):
+        first = model_inputs.pop("first_sentence", None)
+        if first is None or target_prefix is None:
+            return super()._forward(model_inputs, paper_decoding, target_prefix, **generate_kwargs)
+        # A text's prefix starts its first sentence's translation only: the payload's _forward gives every row one.
+        ids = target_prefix["input_ids"]
+        generate_kwargs["target_prefix"] = [ids if flag else [] for flag in first.view(-1).tolist()]
+        output_ids = self.model.generate(**model_inputs, paper_decoding=paper_decoding, **generate_kwargs)
+        texts = model_inputs["input_ids"].shape[0]
+        return {"output_ids": output_ids.reshape(texts, -1, output_ids.shape[-1])}
+
+    def save_pretrained(self, save_directory, **kwargs):
+        """The model (whose save_pretrained writes the payload, pipeline_vaswani.py included, and declares that
+        pipeline in config.json) and the tokenizer: what the payload's pipeline saves, and not this module, which
+        transformers' route for a registered pipeline would copy as remote code that cannot run."""
+        self.model.save_pretrained(save_directory, **kwargs)
+        self.tokenizer.save_pretrained(save_directory, **kwargs)

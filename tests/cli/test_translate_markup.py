@@ -1,0 +1,58 @@
+"""vaswani-translate --format: an .html input translated as one document (its verbatim parts kept), lines with inline
+tags under --format xml-inline, each as the library's translate_markup gives it; the flags markup cannot go with
+refused."""
+
+import functools
+
+import pytest
+from helpers.markup import xml_shape
+from helpers.refusals import refused
+from helpers.training_setup import run_command
+
+from modeling_vaswani.toolkit.cli import translate as translate_command
+from modeling_vaswani.toolkit.evaluation.documents import translate_markup
+from modeling_vaswani.toolkit.serving.engines import load_translator
+
+OPTIONS = ["--max_new_tokens", "6"]
+run = functools.partial(run_command, translate_command)  # run(argv, capsys)
+PAGE = """<!DOCTYPE html>
+<html><head><title>Two dogs</title><script>if (a < b) { go(); }</script></head>
+<body>
+<p>A man <b>rides</b> a bike. Two dogs play.</p>
+<pre>A man
+  rides</pre>
+</body></html>"""
+
+
+@pytest.fixture(scope="module")
+def loaded(checkpoint):
+    return load_translator(str(checkpoint))
+
+
+def test_an_html_file_is_translated_as_one_document(checkpoint, loaded, tmp_path, capsys):
+    source, output = tmp_path / "page.html", tmp_path / "page.de.html"
+    source.write_text(PAGE + "\n", encoding="utf-8")
+    code, _, err = run([checkpoint, "--input", source, "--output", output, *OPTIONS], capsys)
+    assert code == 0, err
+    [expected] = translate_markup(*loaded, [PAGE], "html", max_new_tokens=6)
+    written = output.read_text(encoding="utf-8")
+    assert written == expected + "\n"
+    assert "<script>if (a < b) { go(); }</script>" in written and "<pre>A man\n  rides</pre>" in written
+
+
+def test_lines_with_inline_tags_under_xml_inline(checkpoint, loaded, tmp_path, capsys):
+    lines = ['A <b>man</b> rides a <a href="/bike">bike</a>.', "", "Two <i>dogs</i> play.<br/> A girl sings."]
+    source = tmp_path / "in.en"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    code, out, err = run([checkpoint, "--input", source, "--format", "xml-inline", *OPTIONS], capsys)
+    assert code == 0, err
+    expected = translate_markup(*loaded, lines, "xml-inline", max_new_tokens=6)
+    assert out.split("\n") == [*expected, ""]
+    for line, translated in zip(lines, expected, strict=True):
+        assert xml_shape(translated)[1] == xml_shape(line)[1]
+
+
+@pytest.mark.parametrize("flag", [["--nbest", "2"], ["--alignments"], ["--no_split_sentences"]])
+def test_markup_refuses_the_flags_it_cannot_go_with(checkpoint, flag, capsys):
+    message = refused(translate_command.main, [checkpoint, "--input", "page.html", *flag], capsys, one_line=False)
+    assert f"--format html writes the translation with its markup, one way; drop {flag[0]}" in message

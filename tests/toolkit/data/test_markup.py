@@ -1,0 +1,243 @@
+"""Markup taken out of a text and put back on a translation (data/markup.py), with alignments written by hand; the
+output checked by parsers other than lxml (the one markup.py uses): xml.etree for "xml-inline" and the standard
+library's html.parser for HTML."""
+
+from html.parser import HTMLParser
+
+import pytest
+from helpers.markup import xml_shape
+
+from modeling_vaswani.toolkit.data.markup import VOID, Document, Tag, place
+
+
+def tree(marked_tags):
+    """Tags as (name, start, end, children) tuples, to compare."""
+    return [(tag.name, tag.start, tag.end, tree(tag.children)) for tag in marked_tags]
+
+
+def inline(text: str, target: str, links) -> str:
+    document = Document(text, "xml-inline")
+    assert len(document.runs) == 1
+    return document.write([target], [links])
+
+
+class Balance(HTMLParser):
+    """The standard library's HTML tokenizer, checking that every element opened is closed, in order."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.text, self.problems = [], [], []
+
+    def handle_starttag(self, tag, attrs):
+        if tag not in VOID:
+            self.stack.append(tag)
+
+    def handle_endtag(self, tag):
+        if not self.stack or self.stack.pop() != tag:
+            self.problems.append(tag)
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def balanced(html: str) -> Balance:
+    checker = Balance()
+    checker.feed(html)
+    checker.close()
+    assert not checker.problems and not checker.stack, (checker.problems, checker.stack)
+    return checker
+
+
+# ---- taking tags out ------------------------------------------------------------------------------------------------
+
+
+def test_strip_gives_the_text_and_the_word_span_of_every_tag():
+    text = 'A <b>big <i>red</i></b> <u>car</u><br/> and <a href="x?a=1&amp;b=2">the</a> <s> </s>dog&amp;cat<i/>'
+    [run] = Document(text, "xml-inline").runs
+    assert run.text == "A big red car and the  dog&cat"
+    assert tree(run.tags) == [
+        ("b", 1, 3, [("i", 2, 3, [])]),
+        ("u", 3, 4, []),
+        ("br", 4, 4, []),  # wraps nothing: stands after word 3
+        ("a", 5, 6, []),
+        ("s", 6, 6, []),  # whitespace only: no word
+        ("i", 7, 7, []),
+    ]
+    assert run.tags[3].element.attrib == {"href": "x?a=1&b=2"}
+
+
+def test_a_tag_ending_inside_a_word_wraps_the_whole_word():
+    [run] = Document("<b>dog</b>s run", "xml-inline").runs
+    assert (run.text, tree(run.tags)) == ("dogs run", [("b", 0, 1, [])])
+
+
+# ---- putting them back, alignments by hand -------------------------------------------------------------------------
+
+MONOTONE = [(0, 0), (1, 1), (2, 2), (3, 3)]
+
+
+@pytest.mark.parametrize(
+    ("text", "target", "links", "expected"),
+    [
+        # nested: the outer tag covers the inner one's words and its own
+        ("A <b>big <i>red</i></b> car", "Ein großes rotes Auto", MONOTONE, "Ein <b>großes <i>rotes</i></b> Auto"),
+        # adjacent, no space between them
+        ("<b>A</b><i>dog</i> runs", "Ein Hund läuft", [(0, 0), (0, 1), (0, 2)], "<b>Ein Hund läuft</b><i></i>"),
+        ("<b>two</b> <i>dogs</i> run", "zwei Hunde laufen", [(0, 0), (1, 1), (2, 2)],
+         "<b>zwei</b> <i>Hunde</i> laufen"),
+        # a span of target words: the smallest one covering every linked word (here words 1 to 3)
+        ("the <a href='#x'>car</a> stops", "der Wagen hält da an", [(0, 0), (1, 1), (2, 2), (1, 4)],
+         'der <a href="#x">Wagen hält da an</a>'),
+        # reordered: the tag follows its words
+        ("I <b>have</b> seen it", "Ich habe es gesehen", [(0, 0), (1, 1), (2, 3), (3, 2)],
+         "Ich <b>habe</b> es gesehen"),
+        ("I have <b>seen</b> it", "Ich habe es gesehen", [(0, 0), (1, 1), (2, 3), (3, 2)],
+         "Ich habe es <b>gesehen</b>"),
+        # crossing siblings: the second starts where the first ends (order kept), so it wraps no word
+        ("<b>red</b> <i>car</i>", "Auto rot", [(1, 0), (0, 1)], "Auto <b>rot</b><i></i>"),
+        # unaligned: empty, right after the target word linked to the nearest source word before it
+        ("a <b>very</b> big dog", "ein großer Hund", [(0, 0), (2, 1), (3, 2)], "ein<b></b> großer Hund"),
+        ("<b>very</b> big dog", "großer Hund", [(1, 0), (2, 1)], "<b></b>großer Hund"),
+        # self-closing: after the target word linked to the source word before it
+        ("one <br/>two <img src='a.png'/>three", "eins zwei drei", [(0, 0), (1, 1), (2, 2)],
+         'eins<br/> zwei<img src="a.png"/> drei'),
+        ("Hello world<br/>", "Hallo Welt", [(0, 0), (1, 1)], "Hallo Welt<br/>"),
+        ("<br/>Hello", "Hallo", [(0, 0)], "<br/>Hallo"),
+        # a child whose words cross out of its parent's span stays inside the parent
+        ("<b>a <i>b</i></b> c", "x y z", [(0, 1), (1, 2), (2, 0)], "x <b>y <i>z</i></b>"),
+        ("<b>a</b> <i>b</i> c", "x y z", [(0, 2), (1, 0), (2, 1)], "x y <b>z</b><i></i>"),
+        # escaping: the translation's & and < are text, attributes keep their values
+        ('<a title="a &quot;q&quot; &amp; b">x</a> y', "x & <y>", [(0, 0), (1, 1), (1, 2)],
+         '<a title="a &quot;q&quot; &amp; b">x</a> &amp; &lt;y&gt;'),
+    ],
+)  # fmt: skip
+def test_tags_are_placed_on_the_linked_target_words_and_the_output_is_well_formed(text, target, links, expected):
+    output = inline(text, target, links)
+    assert output == expected
+    source = Document(text, "xml-inline")
+    _, source_shape = xml_shape(source.write([source.runs[0].text], [[]]))  # the input's tags, as lxml repaired it
+    output_text, output_shape = xml_shape(output)  # well-formed, read by a second parser
+    assert output_text == target
+    assert output_shape == source_shape  # the same tags, attributes and nesting
+
+
+def test_every_tag_is_placed_whatever_the_links():
+    """Random links (crossing, many-to-many, none) over a deeply nested text: every tag comes back once, nested as
+    it was, and the text is the translation."""
+    import random
+
+    text = "<b>a <i>b <u>c</u></i> d</b> <s>e</s><br/> <a href='#'>f <em>g</em></a> h"
+    source = Document(text, "xml-inline")
+    _, shape = xml_shape(source.write([source.runs[0].text], [[]]))
+    generator = random.Random(0)
+    for _ in range(200):
+        target = " ".join(f"w{i}" for i in range(generator.randint(0, 9)))
+        words = len(target.split())
+        links = (
+            [(generator.randrange(8), generator.randrange(words)) for _ in range(generator.randint(0, 12))]
+            if words
+            else []
+        )
+        output = inline(text, target, links)
+        assert xml_shape(output) == (target, shape), (target, links, output)
+
+
+def test_place_refuses_links_outside_the_texts():
+    tags = [Tag(Document("<b>x</b>", "xml-inline").runs[0].tags[0].element, 0, 1)]
+    with pytest.raises(ValueError, match=r"link \(0, 5\) is not .* 2 target words"):
+        place(tags, [(0, 5)], 1, 2)
+
+
+def test_unknown_format_and_runs_count_are_refused():
+    with pytest.raises(ValueError, match="unknown markup format 'markdown'"):
+        Document("x", "markdown")
+    with pytest.raises(ValueError, match="1 translations and 1 alignments for 2 runs"):
+        Document("<p>a</p><p>b</p>", "html").write(["x"], [[]])
+
+
+# ---- HTML documents ------------------------------------------------------------------------------------------------
+
+PAGE = """<!DOCTYPE html>
+<html lang="en"><head><title>Two dogs</title><style>p > b { color: red; }</style>
+<script>if (a < b && c) { document.write("<p>x</p>"); }</script></head>
+<body>
+  <h1 class="top">Two <em>dogs</em> play.</h1>
+  <div>A man rides. <b>A woman</b> reads.
+    <p>Inside a <a href="/x?q=1&amp;r=2" title="T">paragraph</a>.</p>
+    tail text <code>x &lt; y</code> after code
+  </div>
+  <pre>  keep   these
+     spaces &amp; lines </pre>
+  <p translate="no">Do <b>not</b> translate.</p>
+  <p>Some <span translate="no">Brand Name</span> here.<!-- a comment --></p>
+  <ul><li>one</li><li>two <i>three</i></li></ul>
+</body></html>
+"""
+VERBATIM = [
+    "<style>p > b { color: red; }</style>",
+    '<script>if (a < b && c) { document.write("<p>x</p>"); }</script>',
+    "<code>x &lt; y</code>",
+    "<pre>  keep   these\n     spaces &amp; lines </pre>",
+    '<p translate="no">Do <b>not</b> translate.</p>',
+    '<span translate="no">Brand Name</span>',
+    "<!-- a comment -->",
+]
+
+
+def upper(document: Document) -> str:
+    """The document "translated" into upper case, word for word."""
+    return document.write(
+        [run.text.upper() for run in document.runs],
+        [[(i, i) for i in range(len(run.text.split()))] for run in document.runs],
+    )
+
+
+def test_html_runs_are_the_text_of_blocks_and_verbatim_content_is_kept_byte_for_byte():
+    document = Document(PAGE, "html")
+    assert sorted(" ".join(run.text.split()) for run in document.runs) == sorted(
+        ["Two dogs", "Two dogs play.", "A man rides. A woman reads.", "Inside a paragraph.",
+         "tail text after code", "Some here.", "one", "two three"]
+    )  # fmt: skip
+    output = upper(document)
+    for verbatim in VERBATIM:
+        assert verbatim in PAGE and verbatim in output
+    assert '<h1 class="top">TWO <em>DOGS</em> PLAY.</h1>' in output
+    assert '<a href="/x?q=1&amp;r=2" title="T">PARAGRAPH.</a>' in output
+    assert output.startswith("<!DOCTYPE html>")
+    checker = balanced(output)  # a second parser: every element closed, in order
+    assert "MAN RIDES" in "".join(checker.text)
+
+
+def test_a_fragment_stays_a_fragment_and_blank_text_stays_as_it_is():
+    assert upper(Document("<p>a <b>b</b></p> c", "html")) == "<p>A <b>B</b></p> C"
+    for blank in ("", "  \n"):
+        document = Document(blank, "html")
+        assert document.runs == [] and document.write([], []) == blank
+
+
+@pytest.mark.parametrize(
+    ("malformed", "repaired"),
+    [
+        # an inline element left open is closed where its block ends (a browser would reopen it in the next block)
+        ("<p>A <b>man rides.<p>Two dogs.", "<p>A <b>MAN RIDES.</b></p><p>TWO DOGS.</p>"),
+        # misnested: closed at the first end tag that does not match
+        ("<p>A <b>man <i>rides</b> a</i> bike.</p>", "<p>A <b>MAN <i>RIDES</i></b> A BIKE.</p>"),
+        ("<div>A man</span> rides.</div></div>", "<div>A MAN RIDES.</div>"),
+        ("<p>Fish & chips < 5", "<p>FISH &amp; CHIPS &lt; 5</p>"),
+        ("<ul><li>one<li>two</ul>", "<ul><li>ONE</li><li>TWO</li></ul>"),
+    ],
+)
+def test_malformed_html_is_repaired_as_lxml_repairs_it(malformed, repaired):
+    output = upper(Document(malformed, "html"))
+    assert output == repaired
+    balanced(output)
+
+
+def test_place_keeps_siblings_in_order_and_children_inside_their_parent():
+    [run] = Document("<b>a <i>b</i></b> <u>c</u> d", "xml-inline").runs
+    # a -> 3, b -> 0 (out of its parent's span), c -> 1 (before its previous sibling), d -> 2
+    placed = place(run.tags, [(0, 3), (1, 0), (2, 1), (3, 2)], 4, 4)
+    assert [(p.tag.name, p.start, p.end, [(c.tag.name, c.start, c.end) for c in p.children]) for p in placed] == [
+        ("b", 0, 4, [("i", 0, 1)]),
+        ("u", 4, 4, []),
+    ]
