@@ -21,6 +21,7 @@ import contextlib
 import importlib
 import io
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +30,6 @@ import tomllib
 from helpers.training_setup import REPO as ROOT
 
 PACKAGE = ROOT / "modeling_vaswani"
-SKIPPED_FOLDERS = {".git", ".venv", "build", "dist", "__pycache__", ".pytest_cache", ".ruff_cache", "runs", "outputs"}
 EXTENSIONS = ("py", "md", "sh", "toml", "yaml", "yml", "cfg")  # not html: example pages, lxml.html
 TOP_FOLDERS = ("modeling_vaswani", "tests", "docs", "benchmarks", "configs")
 
@@ -43,6 +43,7 @@ NOT_REPOSITORY_FILES = {
     "get_ende_bleu.sh": "tensor2tensor's script, whose tokenized BLEU evaluation/bleu reproduces",
     "docs/performance.md: modeling_vaswani/allocator_vaswani.py": "benchmark outputs quoted as printed on their date, "
     "when the file existed; the page says where its setting lives now",
+    "benchmarks/gpu/wheels": "the folder benchmarks/gpu/fetch_wheels.sh makes for the GPU machines; git ignores it",
 }
 
 URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+")
@@ -54,21 +55,18 @@ MODULE = re.compile(r"(?<![\w./-])(modeling_vaswani(?:\.\w+)+)")
 
 
 def repository_files() -> set[str]:
-    """Every file of the checkout, as a path from the root with "/"."""
-    files = set()
-    for path in ROOT.rglob("*"):
-        parts = path.relative_to(ROOT).parts
-        if path.is_file() and not any(part in SKIPPED_FOLDERS or part.endswith(".egg-info") for part in parts):
-            files.add("/".join(parts))
-    return files
+    """Every file git tracks in the checkout, as a path from the root with "/": what a clone has, not what a run or
+    a script left beside it (git-ignored folders such as benchmarks/gpu/wheels/ exist here and not in CI)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    return {name for name in listed.decode("utf-8").split("\0") if name and (ROOT / name).is_file()}
 
 
 def path_exists(name: str, files: set[str]) -> bool:
     name = name.removeprefix("./").rstrip("/")
     if "/" in name and name.split("/")[0].isupper():
         return True  # a placeholder's file: OUTPUT_DIR/ablation.md, OUT/gpu-report.md
-    if name.split("/")[0] in TOP_FOLDERS:
-        return (ROOT / name).exists()
+    if name.split("/")[0] in TOP_FOLDERS:  # exactly as written: a tracked file, or a folder holding one
+        return name in files or any(file.startswith(name + "/") for file in files)
     return any(file == name or file.endswith("/" + name) for file in files)
 
 
@@ -106,7 +104,7 @@ def stale_names(where: str, text: str, files: set[str]) -> list[str]:
         names += [(match.group(1), path_exists) for match in TOP_PATH.finditer(rest)]
         names += [(match.group(1), lambda name, _: module_exists(name)) for match in MODULE.finditer(rest)]
         for name, exists in names:
-            name = name.removeprefix("./")
+            name = name.removeprefix("./").rstrip("/")
             allowed = name in NOT_REPOSITORY_FILES or f"{where}: {name}" in NOT_REPOSITORY_FILES
             if not allowed and not exists(name, files):
                 found.append(f"{where}:{number}: {name}")
