@@ -29,8 +29,9 @@ from transformers.utils import TransformersKwargs, can_return_tuple
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
+from .compat_vaswani import CACHE, either_cache_name, output_cache
 from .configuration_vaswani import VaswaniConfig
-from .generation_vaswani import CACHE, VaswaniGenerationMixin, either_cache_name, output_cache, paper_generation_config
+from .generation_vaswani import VaswaniGenerationMixin, paper_generation_config
 from .kernels_vaswani import ATTENTION_FUNCTIONS as ALL_ATTENTION_FUNCTIONS  # set_attn_implementation() seeks the name
 from .kernels_vaswani import Linear, encoder_attention_mask_by_sentence
 from .remote_code_vaswani import SavesPayload

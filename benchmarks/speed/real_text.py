@@ -3,7 +3,8 @@ sets, each engine the way a user runs it, in one run.
 
 Engines, all on the same trained weights:
 - `pytorch-paper`: our model through the library's `translate` (what vaswani-translate runs), generate() with
-  `paper_decoding=True`, Section 6.1's search (the package's own loop, generation_vaswani.paper_search);
+  `paper_decoding=True`, Section 6.1's search (the package's own loop, generation_vaswani.paper_search and
+  search_vaswani.beam_search);
 - `pytorch-stock`: the same, generate() without it: transformers' own greedy and beam search;
 - `marian`: transformers' MarianMTModel holding our weights (speed/to_marian.py), its stock generate();
 - `ct2-float32`, `ct2-int8`: our CTranslate2 export (vaswani-export-ctranslate2) run by the ctranslate2 engine,
@@ -159,7 +160,9 @@ def generate_settings(engine: str, beams: int, sources_tokens: int, length_penal
     paper = engine in ("pytorch-paper", "ct2-float32", "ct2-int8") and not (engine.startswith("ct2") and beams == 1)
     settings = {"paper_decoding": paper, "num_beams": beams}
     if not paper:
-        settings["max_new_tokens"] = sources_tokens + 50
+        from modeling_vaswani.search_vaswani import max_output_length  # Section 6.1's rule, its one home
+
+        settings["max_new_tokens"] = max_output_length(sources_tokens)
         if beams > 1 and not engine.startswith("ct2"):
             settings["length_penalty"] = length_penalty  # the checkpoint's alpha, as the paper's decoding uses it
     return settings

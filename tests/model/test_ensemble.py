@@ -8,7 +8,7 @@ import torch
 from helpers.reference_search import EndLikelierWithLength, decoded, expected_output, random_cases, random_model
 from helpers.tiny_models import padded_batch
 
-from modeling_vaswani.generation_vaswani import DecoderSteps
+from modeling_vaswani.decoding_vaswani import DecoderSteps
 
 
 class Averaged:

@@ -14,7 +14,7 @@ from helpers.tiny_models import padded_batch, tiny_config, tiny_model
 from transformers import LogitsProcessor, LogitsProcessorList, TopKLogitsWarper
 
 import modeling_vaswani.kernels_vaswani as kernels
-from modeling_vaswani.generation_vaswani import DecoderSteps
+from modeling_vaswani.decoding_vaswani import DecoderSteps
 from modeling_vaswani.kernels_vaswani import (
     ATTENTION_FUNCTIONS,
     ONEDNN_LINEAR,

@@ -7,7 +7,7 @@ import torch
 from helpers.tiny_models import BOS, EOS, PAD, padded_batch, tiny_model
 from transformers import CompileConfig, LogitsProcessor, LogitsProcessorList
 
-from modeling_vaswani.generation_vaswani import gnmt_length_penalty
+from modeling_vaswani.search_vaswani import gnmt_length_penalty
 
 ALPHA = 0.6
 

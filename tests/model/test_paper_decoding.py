@@ -19,7 +19,8 @@ from transformers import GenerationMixin, Pipeline
 from transformers.generation import ExponentialDecayLengthPenalty, GenerateBeamEncoderDecoderOutput
 
 from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniTranslationPipeline
-from modeling_vaswani.generation_vaswani import DecoderSteps, VaswaniGenerationMixin
+from modeling_vaswani.decoding_vaswani import DecoderSteps
+from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -161,7 +162,7 @@ def test_the_payload_overrides_no_private_method_of_transformers():
         assert overridden <= allowed, f"{ours.__name__} overrides {sorted(overridden - allowed)}"
     # transformers' beam search calls a model's `_reorder_cache` where there is one, instead of the cache's own.
     assert not hasattr(VaswaniForConditionalGeneration, "_reorder_cache")
-    for module in ("generation_vaswani", "pipeline_vaswani"):
+    for module in ("generation_vaswani", "search_vaswani", "decoding_vaswani", "guidance_vaswani", "pipeline_vaswani"):
         source = inspect.getsource(__import__(f"modeling_vaswani.{module}", fromlist=["_"]))
         for name in dir(GenerationMixin) + dir(Pipeline):
             if name.startswith("_") and not name.startswith("__"):

@@ -19,7 +19,7 @@ from helpers.reference_search import (
 from helpers.tiny_models import EOS, padded_batch
 from transformers.generation import ExponentialDecayLengthPenalty, GenerateBeamEncoderDecoderOutput
 
-from modeling_vaswani.generation_vaswani import DecoderSteps
+from modeling_vaswani.decoding_vaswani import DecoderSteps
 
 
 @pytest.fixture(scope="module", params=list(MODELS))

@@ -13,7 +13,9 @@ from typing import TextIO
 import torch
 from tqdm.auto import tqdm
 
-from ...generation_vaswani import TRANSFORMERS_MAX_LENGTH
+from ...generation_vaswani import stock_output_length
+from ...guidance_vaswani import leaves_no_room
+from ...search_vaswani import max_output_length
 from ..checkpoints import recorded_source_language
 from ..data.sentences import Layout, split_lines, tokenizer_language
 
@@ -185,12 +187,11 @@ def output_room(model, lengths: list[int], paper_decoding: bool, generate_kwargs
     token); without, the call's or the model's generation settings (transformers' max_length 20 at the least)."""
     max_new_tokens, max_length = generate_kwargs.get("max_new_tokens"), generate_kwargs.get("max_length")
     if paper_decoding:
-        cap = max_new_tokens or (max_length - 1 if max_length else None)
-        return [min(length + 50, cap or length + 50) for length in lengths]
+        return [max_output_length(length, max_new_tokens or None, max_length or None) for length in lengths]
     config = model.generation_config
-    max_new_tokens = max_new_tokens or config.max_new_tokens
-    cap = max_new_tokens or (max_length or config.max_length or TRANSFORMERS_MAX_LENGTH) - 1
-    return [cap] * len(lengths)
+    return [stock_output_length(max_new_tokens or config.max_new_tokens, max_length or config.max_length)] * len(
+        lengths
+    )
 
 
 def prefix_ids(
@@ -218,7 +219,7 @@ def prefix_ids(
     ids = tokenizer(text_target=list(target_prefixes), add_special_tokens=False)["input_ids"]
     ids = [row if prefix.strip() else [] for row, prefix in zip(ids, target_prefixes, strict=True)]
     for number, (row, limit) in enumerate(zip(ids, room, strict=True), start=1):
-        if len(row) >= limit:
+        if leaves_no_room(len(row), limit):
             named = number if layout is None else layout.line_number(number)
             raise InputError(
                 f"target prefix {named} is {len(row)} tokens long and its translation may have {limit}; expected a "

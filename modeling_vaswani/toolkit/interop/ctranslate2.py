@@ -32,12 +32,13 @@ from pathlib import Path
 import torch
 
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
+from ...search_vaswani import max_output_length
 from ..checkpoints import load_model_and_tokenizer
 from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, older_output, staged_folder
 
 # isort: off
 # serving.ctranslate2 first: its ImportError says how to install CTranslate2
-from ..serving.ctranslate2 import DECODING_MARGIN, EXPORT_FILE
+from ..serving.ctranslate2 import EXPORT_FILE
 from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 
@@ -84,11 +85,12 @@ class ExportError(ValueError):
 
 def position_table(model: VaswaniForConditionalGeneration, stack) -> torch.Tensor:
     """The rows CTranslate2 adds to the scaled embeddings: the learned table, or Section 3.5's sinusoids for every
-    position up to max_position_embeddings + DECODING_MARGIN."""
+    position a translation of the longest source the commands accept (max_position_embeddings tokens) may reach
+    (`max_output_length`, Section 6.1's source length + 50), so that no such sentence runs out of positions."""
     config = model.config
     if config.position_embedding_type == "learned":
         return copied(stack.positional_encoding.weight)
-    return sinusoids(config.max_position_embeddings + DECODING_MARGIN, config.d_model)
+    return sinusoids(max_output_length(config.max_position_embeddings), config.d_model)
 
 
 def check_exportable(config) -> None:

@@ -22,13 +22,12 @@ except ImportError as error:
     ) from error
 import torch
 
-from ...generation_vaswani import OUTPUT_MARGIN, TRANSFORMERS_MAX_LENGTH, check_target_prefix, gnmt_length_penalty
+from ...generation_vaswani import TRANSFORMERS_MAX_LENGTH, stock_output_length
+from ...guidance_vaswani import check_target_prefix
+from ...search_vaswani import gnmt_length_penalty, max_output_length
 from ..checkpoints import EXPORT_FILE as EXPORT_FILE  # the export's own file, named here for the export too
 from ..checkpoints import CheckpointError, Export, validate_export
 
-# Section 6.1 decodes up to source length + 50 tokens: the sinusoid table reaches that far past the longest source
-# the commands accept (max_position_embeddings tokens), so that no such sentence runs out of positions.
-DECODING_MARGIN = OUTPUT_MARGIN
 # CTranslate2's beam search ends once beam_size * patience hypotheses have finished, where Section 6.1's goes on while
 # a live beam could still win. Under the paper's decoding it collects twice the beam and all of them are re-ranked:
 # on the default job's En->Fr model (test2016, 1,000 sentences), patience 1 gave 32 sentences other than
@@ -162,9 +161,9 @@ class CTranslate2Model:
                 "positions); expected at most that many tokens"
             )
         if paper_decoding:
-            limit = min(longest + DECODING_MARGIN, max_new_tokens or longest + DECODING_MARGIN)
+            limit = max_output_length(longest, max_new_tokens or None)
         else:
-            limit = max_new_tokens or self.max_length - 1
+            limit = stock_output_length(max_new_tokens, self.max_length)
         limit = min(limit, self.position_rows)  # CTranslate2 fails past the table
         beams = num_beams or self.num_beams
         if nbest > beams:

@@ -41,7 +41,7 @@ except ImportError as error:
 
 from transformers import StoppingCriteriaList
 
-from ...generation_vaswani import OUTPUT_MARGIN
+from ...search_vaswani import OUTPUT_MARGIN, max_output_length
 from ..data.markup import Document, write_documents
 from ..evaluation.alignment import line_alignments, word_alignments
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
@@ -351,7 +351,7 @@ def create_app(
             raise Refused(
                 422, "text", f"{what} of {max(found)} tokens is more than the server's batch of {limits.max_tokens}"
             )
-        longest = input_token_limit(model, limits.max_input_tokens) + OUTPUT_MARGIN  # Section 6.1, longest text
+        longest = max_output_length(input_token_limit(model, limits.max_input_tokens))  # the longest text's
         if request.max_new_tokens is not None and request.max_new_tokens > longest:
             raise Refused(
                 422, "max_new_tokens", f"max_new_tokens {request.max_new_tokens} is more than {longest}, the input "
