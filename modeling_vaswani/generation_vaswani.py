@@ -3,8 +3,10 @@
 "We used beam search with a beam size of 4 and length penalty alpha = 0.6 (GNMT, Wu et al. 2016) ... set the maximum
 output length during inference to input length + 50, but terminate early when possible."
 
-Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch and transformers. The search
-is this module's own loop (`paper_search`), which `generate` runs through its public `custom_generate` argument:
+This module is the glue: generate()'s input checks (both decoding modes) and `paper_search`, which runs the search of
+search_vaswani.py (or the one-beam loop of decoding_vaswani.py), with guidance_vaswani.py's target prefixes and
+ensembles. Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch, transformers
+and its siblings. `generate` runs `paper_search` through its public `custom_generate` argument:
 transformers prepares the inputs, the generation config, the logits processors and the stopping criteria, and the loop
 calls the model's forward and reorders the cache through public methods only. transformers' beam search ranks
 finished hypotheses by log P(Y|X) / |Y|^alpha, and none of its public hooks can change that into GNMT's ranking.

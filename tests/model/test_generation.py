@@ -202,3 +202,22 @@ def test_a_paper_decoding_call_does_not_change_a_plain_one_beside_it(model, batc
         thread.join()
     assert torch.equal(results["plain"], plain_alone)
     assert torch.equal(results["paper"], paper_alone)
+
+
+def test_the_output_length_rule_has_one_home():
+    """Section 6.1's input length + 50, lowered to max_new_tokens or max_length: the same numbers for an int (the
+    commands' room checks, the CTranslate2 engine, the server) and for a batch's tensor (generate()'s limits)."""
+    from helpers.tiny_models import tiny_config
+
+    from modeling_vaswani.search_vaswani import max_output_length, sentence_limits
+
+    lengths = [1, 7, 30, 60]
+    mask = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    for row, length in enumerate(lengths):
+        mask[row, :length] = 1
+    config = tiny_config(max_position_embeddings=512)
+    for caps in ({}, {"max_new_tokens": 40}, {"max_length": 30}, {"max_new_tokens": 40, "max_length": 30}):
+        expected = [max_output_length(length, **caps) for length in lengths]
+        assert (sentence_limits(config, mask, **caps) - 1).tolist() == expected
+    assert [max_output_length(length) for length in lengths] == [51, 57, 80, 110]
+    assert max_output_length(7, max_new_tokens=40, max_length=30) == 29
