@@ -87,6 +87,22 @@ def gather_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(tensor, indices, dim=1)
 
 
+def beam_step(log_probs: torch.Tensor, running_scores: torch.Tensor, candidates: int, do_sample: bool):
+    """One step of the search (fairseq's `BeamSearch.step`): each sentence's `candidates` likeliest continuations over
+    all its k live hypotheses, ranked by log P (sampled in proportion to P under `do_sample`). `log_probs`: the next
+    token's log-probabilities, k rows a sentence; `running_scores`: (sentences, k) log P of the live hypotheses.
+    Returns each continuation's log P, the beam it continues and its token, each (sentences, candidates)."""
+    searching, k = running_scores.shape
+    totals = (log_probs.view(searching, k, -1) + running_scores[:, :, None]).view(searching, -1)
+    if do_sample:
+        chosen = torch.multinomial(nn.functional.softmax(totals, dim=-1), num_samples=candidates)
+        chosen_scores = torch.gather(totals, 1, chosen)
+    else:
+        chosen_scores, chosen = torch.topk(totals, k=candidates)
+    vocab_size = totals.shape[-1] // k
+    return chosen_scores, chosen // vocab_size, chosen % vocab_size
+
+
 def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, shrinks):
     """Section 6.1's beam search: k = `num_beams` live hypotheses per sentence; a finished one (ended by an
     end-of-sentence token or a stopping criterion, such as the length limit) scores log P(Y|X) / lp(Y), GNMT's
@@ -145,16 +161,9 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
 
         # The 2k likeliest continuations of each sentence, over all its beams.
         searching = running.shape[0]
-        totals = (log_probs.view(searching, k, -1) + running_scores[:, :, None]).view(searching, -1)
-        if config.do_sample:
-            chosen = torch.multinomial(nn.functional.softmax(totals, dim=-1), num_samples=candidates)
-            chosen_scores = torch.gather(totals, 1, chosen)
-        else:
-            chosen_scores, chosen = torch.topk(totals, k=candidates)
-        vocab_size = totals.shape[-1] // k
-        beam = chosen // vocab_size
+        chosen_scores, beam, token = beam_step(log_probs, running_scores, candidates, config.do_sample)
         extended = gather_beams(running, beam)
-        extended[:, :, cur_len] = chosen % vocab_size
+        extended[:, :, cur_len] = token
         extended_origins = gather_beams(running_origins, beam)
         extended_origins[:, :, cur_len - prompt_len] = beam + active[:, None] * k
         ends = stopping_criteria(extended[:, :, : cur_len + 1].reshape(searching * candidates, -1), recorder.scores)
