@@ -1,7 +1,7 @@
-"""The decoding loop around Section 6.1's search (search_vaswani.py), as fairseq's sequence_generator.py runs its
-search.py: the model's forward at each step (`DecoderSteps`), what `return_dict_in_generate` records (`Recorder`),
-multi-GPU lock-step (`peers_unfinished`), the rules by which a sentence whose search is over leaves the batch
-(`may_shrink`, `leave_batch`), and the one-beam loop (`greedy_search`), a speed path beside transformers' own.
+"""The decoding loop around Section 6.1's search (search_vaswani.py), as fairseq's fairseq/sequence_generator.py runs
+its fairseq/search.py: the model's forward at each step (`DecoderSteps`), what `return_dict_in_generate` records
+(`Recorder`), multi-GPU lock-step (`peers_unfinished`), the rules by which a sentence whose search is over leaves the
+batch (`may_shrink`, `leave_batch`), and the one-beam loop (`greedy_search`), a speed path beside transformers' own.
 
 Payload: imports only torch, transformers and its siblings.
 """

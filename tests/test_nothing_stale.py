@@ -40,6 +40,8 @@ NOT_REPOSITORY_FILES = {
     "model_spec.py": "CTranslate2's (ctranslate2/specs/model_spec.py), whose checks the export mirrors",
     "ctranslate2/specs/model_spec.py": "CTranslate2's, whose checks the export mirrors",
     "fairseq/modules/sinusoidal_positional_embedding.py": "fairseq's, whose encodings the fairseq converter maps",
+    "fairseq/sequence_generator.py": "fairseq's, whose loop around its search the decoding loop's module mirrors",
+    "fairseq/search.py": "fairseq's, whose search step apart from the loop search_vaswani.py mirrors",
     "get_ende_bleu.sh": "tensor2tensor's script, whose tokenized BLEU evaluation/bleu reproduces",
     "docs/performance.md: modeling_vaswani/allocator_vaswani.py": "benchmark outputs quoted as printed on their date, "
     "when the file existed; the page says where its setting lives now",
