@@ -80,6 +80,12 @@ def check_generate_inputs(
     names the argument, the value given and what was expected. Both decoding modes call it. Returns the settings as
     `generation_settings` resolves them.
 
+    Only what transformers leaves unchecked: `GenerationConfig.validate`, which generate() runs on the config it
+    resolves before any work, refuses more sequences than beams (both modes; the paper's search passes both on).
+    These run here rather than in `paper_search`, the `custom_generate` callable that receives the resolved config:
+    generate() encodes the source and repeats it num_beams times before it calls that callable, so a bad num_beams or
+    id would fail there unnamed, and stock generate() calls no callable of ours.
+
     `kwargs` are generate()'s keyword arguments (with `generation_config` when one is passed); `input_ids` may be None
     (stock generate() from `encoder_outputs`), `attention_mask` too.
     """
@@ -93,12 +99,6 @@ def check_generate_inputs(
         if value < least:
             why = " (it counts the decoder start token)" if name == "max_length" else ""
             raise ValueError(f"{name}={value!r}; expected an int of at least {least}{why}")
-    num_beams, num_return_sequences = settings["num_beams"], settings["num_return_sequences"]
-    if num_beams > 1 and num_return_sequences > num_beams:
-        raise ValueError(
-            f"num_return_sequences={num_return_sequences} with num_beams={num_beams}; expected at most num_beams, "
-            "since beam search returns a sentence's finished hypotheses, num_beams of them at most"
-        )
     alpha = settings["length_penalty"]
     if alpha is not None:
         if not isinstance(alpha, numbers.Real) or isinstance(alpha, bool):
@@ -248,8 +248,8 @@ class VaswaniGenerationMixin(GenerationMixin):
         `paper_search`, run through `generate(custom_generate=...)`. In both modes `check_generate_inputs` refuses,
         before any work, input_ids that are not an integer (batch, length) tensor with at least one row and token and
         ids within the vocabulary, an attention_mask of another shape, a source row that is all padding (its
-        `attention_mask`, or its ids against the pad id, all zero), `num_beams` or `num_return_sequences` under 1 (or
-        more sequences than beams), a length penalty that is not finite (or negative under `paper_decoding`), and
+        `attention_mask`, or its ids against the pad id, all zero), `num_beams` or `num_return_sequences` under 1 (more
+        sequences than beams: transformers' own check), a length penalty that is not finite (or negative under `paper_decoding`), and
         `max_length` under 2 or `max_new_tokens` under 1.
 
         `ensemble` (with `paper_decoding`): other models that share this one's vocabulary, decoding with it, their

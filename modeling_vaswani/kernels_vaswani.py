@@ -5,7 +5,8 @@
 - `ATTENTION_FUNCTIONS`: transformers' attention functions (Equation 1, Section 3.2.1), through transformers' public
   extension point for a model's own attention (a local `AttentionInterface` instance: the library-wide one is left
   as it is), identical to Section 3.2 except that
-  - "sdpa" computes the decoding steps on CPU as two batched products (`is_cpu_decoding_step`), and
+  - "sdpa" computes the decoding steps on CPU by the model's Equation 1, two batched products
+    (`is_cpu_decoding_step`), and
   - encoder-decoder attention (Section 3.2.3) takes k decoder rows per encoder row (`by_sentence`).
 
 Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch and transformers. Nothing
@@ -173,7 +174,7 @@ class Linear(nn.Linear):
 
 def is_cpu_decoding_step(module: nn.Module, query: torch.Tensor) -> bool:
     """Whether `query` ([rows, heads, queries, d_k]) is a decoding step for which Equation 1 as two batched products
-    (`two_products_attention`) beats torch's CPU SDPA kernel: at most 8 queries a row (one new token, or a sentence's
+    (the model's `eager_attention_forward`) beats torch's CPU SDPA kernel: at most 8 queries a row (one new token, or a sentence's
     beams in encoder-decoder attention), at least 16 queries in all, no gradients, not compiled. A causal block of
     several queries stays with SDPA, whose mask may then be left implicit.
 
@@ -193,30 +194,12 @@ def is_cpu_decoding_step(module: nn.Module, query: torch.Tensor) -> bool:
     )
 
 
-def two_products_attention(
-    module: nn.Module,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attention_mask: torch.Tensor | None,
-    scaling: float,
-    **kwargs,
-) -> tuple[torch.Tensor, None]:
-    """Identical to Equation 1, softmax(Q K^T / sqrt(d_k)) V, as SDPA computes it (no weights returned, no dropout:
-    decoding steps only), except that it is two batched matrix products. `attention_mask` is boolean (True where
-    allowed), as transformers builds it for SDPA, or additive."""
-    scores = torch.matmul(query, key.transpose(2, 3)) * scaling
-    if attention_mask is not None and attention_mask.dtype == torch.bool:
-        scores = scores.masked_fill(~attention_mask, torch.finfo(scores.dtype).min)
-    elif attention_mask is not None:
-        scores = scores + attention_mask
-    return torch.matmul(scores.softmax(dim=-1), value).transpose(1, 2).contiguous(), None
-
-
-def sdpa_with_cpu_decoding_steps(module: nn.Module, query: torch.Tensor, *args, **kwargs):
-    """transformers' "sdpa" attention, except for the CPU decoding steps `is_cpu_decoding_step` picks."""
+def sdpa_with_cpu_decoding_steps(module: nn.Module, query: torch.Tensor, *args, equation_1, **kwargs):
+    """transformers' "sdpa" attention, except for the CPU decoding steps `is_cpu_decoding_step` picks: those take
+    `equation_1`, the model's own Equation 1 (modeling_vaswani.eager_attention_forward, the interface's default: one
+    home for it), which is two batched matrix products; its weights are dropped, as SDPA returns none."""
     if is_cpu_decoding_step(module, query):
-        return two_products_attention(module, query, *args, **kwargs)
+        return equation_1(module, query, *args, **kwargs)[0], None
     return sdpa_attention_forward(module, query, *args, **kwargs)
 
 
@@ -260,7 +243,10 @@ class VaswaniAttentionInterface(AttentionInterface):
     """transformers' attention functions, each taken `by_sentence`."""
 
     def get_interface(self, attn_implementation: str, default):
-        return functools.partial(by_sentence, super().get_interface(attn_implementation, default))
+        attention = super().get_interface(attn_implementation, default)
+        if attention is sdpa_with_cpu_decoding_steps:
+            attention = functools.partial(attention, equation_1=default)
+        return functools.partial(by_sentence, attention)
 
 
 ATTENTION_FUNCTIONS = VaswaniAttentionInterface()

@@ -14,15 +14,15 @@ from helpers.tiny_models import padded_batch, tiny_config, tiny_model
 from transformers import LogitsProcessor, LogitsProcessorList, TopKLogitsWarper
 
 import modeling_vaswani.kernels_vaswani as kernels
+import modeling_vaswani.modeling_vaswani as modeling
 from modeling_vaswani.decoding_vaswani import DecoderSteps
 from modeling_vaswani.kernels_vaswani import (
     ATTENTION_FUNCTIONS,
     ONEDNN_LINEAR,
     Linear,
     is_cpu_decoding_step,
-    two_products_attention,
 )
-from modeling_vaswani.modeling_vaswani import MultiHeadAttention
+from modeling_vaswani.modeling_vaswani import MultiHeadAttention, eager_attention_forward
 
 needs_onednn = pytest.mark.skipif(not ONEDNN_LINEAR, reason="this torch has no oneDNN linear")
 
@@ -246,9 +246,9 @@ def test_a_decoder_batch_that_is_not_a_multiple_of_the_encoders_is_refused(model
 
 @pytest.mark.parametrize("queries", [1, 4])
 @pytest.mark.parametrize("mask", ["none", "boolean", "additive"])
-def test_attention_as_two_products_is_torchs_sdpa(queries, mask):
+def test_decoding_steps_by_equation_1_are_torchs_sdpa(queries, mask):
     torch.manual_seed(0)
-    rows, heads, keys, d_k = 6, 4, 9, 16
+    rows, heads, keys, d_k = 16, 4, 9, 16  # at least 16 queries: a decoding step
     query = torch.randn(rows, heads, queries, d_k)
     key, value = torch.randn(rows, heads, keys, d_k), torch.randn(rows, heads, keys, d_k)
     allowed = torch.ones(rows, 1, queries, keys, dtype=torch.bool)
@@ -259,7 +259,10 @@ def test_attention_as_two_products_is_torchs_sdpa(queries, mask):
         "additive": torch.zeros(allowed.shape).masked_fill(~allowed, torch.finfo(torch.float32).min),
     }[mask]
     module = MultiHeadAttention(tiny_config()).eval()
-    output, weights = two_products_attention(module, query, key, value, attention_mask, scaling=d_k**-0.5)
+    sdpa = ATTENTION_FUNCTIONS.get_interface("sdpa", eager_attention_forward)
+    with torch.no_grad():
+        assert is_cpu_decoding_step(module, query)
+        output, weights = sdpa(module, query, key, value, attention_mask, scaling=d_k**-0.5)
     expected = torch.nn.functional.scaled_dot_product_attention(
         query, key, value, attn_mask=attention_mask, scale=d_k**-0.5
     )
@@ -267,7 +270,7 @@ def test_attention_as_two_products_is_torchs_sdpa(queries, mask):
     torch.testing.assert_close(output, expected.transpose(1, 2), rtol=1e-5, atol=1e-6)
 
 
-def test_decoding_steps_on_cpu_and_only_they_take_the_two_products():
+def test_decoding_steps_on_cpu_and_only_they_take_equation_1_as_two_products():
     cross = MultiHeadAttention(tiny_config()).eval()
     causal = MultiHeadAttention(tiny_config(), is_causal=True).eval()
 
@@ -288,9 +291,10 @@ def test_beam_search_takes_the_two_products_for_its_steps(model, batch, monkeypa
 
     def counted(*args, **kwargs):
         calls.append(args[1].shape)
-        return two_products_attention(*args, **kwargs)
+        return eager_attention_forward(*args, **kwargs)
 
-    monkeypatch.setattr(kernels, "two_products_attention", counted)
+    # Equation 1's one home, which the model hands its attention interface as the default
+    monkeypatch.setattr(modeling, "eager_attention_forward", counted)
     assert model.config._attn_implementation == "sdpa"
     rows = len(batch["input_ids"])
     model.generate(**batch, num_beams=4, max_new_tokens=5)  # transformers' own: the encoder output repeated per beam
@@ -308,7 +312,9 @@ def test_only_this_models_sdpa_takes_the_decoding_steps():
     assert ALL_ATTENTION_FUNCTIONS["sdpa"] is sdpa_attention_forward
     assert ATTENTION_FUNCTIONS["sdpa"] is kernels.sdpa_with_cpu_decoding_steps
     assert ATTENTION_FUNCTIONS["flex_attention"] is ALL_ATTENTION_FUNCTIONS["flex_attention"]
-    assert ATTENTION_FUNCTIONS.get_interface("sdpa", None).args == (kernels.sdpa_with_cpu_decoding_steps,)
+    (sdpa,) = ATTENTION_FUNCTIONS.get_interface("sdpa", eager_attention_forward).args  # taken by_sentence
+    assert sdpa.func is kernels.sdpa_with_cpu_decoding_steps
+    assert sdpa.keywords == {"equation_1": eager_attention_forward}  # Equation 1 as the model writes it
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
@@ -316,8 +322,6 @@ def test_only_this_models_sdpa_takes_the_decoding_steps():
 def test_attention_by_sentence_is_each_hypothesis_over_its_sentence(implementation, queries):
     """k query rows per key row give what the attention function gives on the key rows repeated k times."""
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-
-    from modeling_vaswani.modeling_vaswani import eager_attention_forward
 
     torch.manual_seed(0)
     sentences, k, heads, keys, d_k = 3, 4, 2, 5, 8

@@ -78,7 +78,7 @@ CASES = {
     "num_return_sequences > num_beams": (
         {"num_beams": 4, "num_return_sequences": 5},
         ValueError,
-        ["num_return_sequences=5", "num_beams=4"],
+        ["`num_return_sequences` (5)", "`num_beams` (4)"],  # transformers' GenerationConfig.validate
     ),
     "length_penalty=nan": ({"length_penalty": math.nan}, ValueError, ["length_penalty=nan", "finite"]),
     "length_penalty=inf": ({"length_penalty": math.inf}, ValueError, ["length_penalty=inf", "finite"]),
