@@ -1,4 +1,5 @@
 import pytest
+import torch
 from helpers.hub_server import HubServer
 
 
@@ -13,3 +14,13 @@ def hub_server(tmp_path_factory):
 def hub_env(hub_server, tmp_path):
     """Environment for a client subprocess (see `hub_server.run_client`) using `hub_server`, with its own HF_HOME."""
     return hub_server.client_env(tmp_path / "hf_home")
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models on one thread (`pytestmark = pytest.mark.usefixtures("one_thread")`): a second thread only waits,
+    and waits long when another job holds the other core."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -23,7 +23,8 @@ from transformers import MarianMTModel
 
 from modeling_vaswani import VaswaniForConditionalGeneration
 
-pytestmark = pytest.mark.slow  # runs the benchmark's worker processes
+# runs the benchmark's worker processes; tiny models on one thread (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 SCRIPT = REPO / "benchmarks" / "benchmark.py"
 TINY = models.Shapes(
@@ -41,15 +42,6 @@ needs_ctranslate2 = pytest.mark.skipif(
 def folders(tmp_path_factory):
     with_ctranslate2 = models.ctranslate2_unavailable("cpu") is None
     return models.prepare_models(TINY, tmp_path_factory.mktemp("models"), seed=0, with_ctranslate2=with_ctranslate2)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny shapes on one thread: a second one only waits, and waits long when another job holds the other core."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")

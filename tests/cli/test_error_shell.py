@@ -22,6 +22,21 @@ def test_every_console_script_runs_through_the_shell_under_its_own_name(name, ta
     assert getattr(getattr(import_module(module), function), "error_shell", None) == name
 
 
+@pytest.mark.parametrize(("name", "target"), sorted(scripts().items()))
+def test_every_command_but_the_server_starts_with_the_process_settings(name, target, monkeypatch):
+    """The shell applies toolkit/runtime.py's settings before the command's own code (here, its --help) runs; the
+    server, which lives on after a burst, alone keeps glibc's default."""
+    from modeling_vaswani.toolkit.cli import shell
+
+    order = []
+    monkeypatch.setattr(shell, "apply_process_settings", lambda: order.append("settings"))
+    module, function = target.split(":")
+    with pytest.raises(SystemExit) as exited:
+        getattr(import_module(module), function)(["--help"])
+    assert exited.value.code == 0
+    assert order == ([] if name == "vaswani-serve" else ["settings"])
+
+
 FAILING = textwrap.dedent(
     """
     import sys

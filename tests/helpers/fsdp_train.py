@@ -72,20 +72,24 @@ class Probe(TrainerCallback):
         output_dir.with_name(f"{output_dir.name}.probe-rank{args.process_index}.json").write_text(json.dumps(report))
 
 
-def main():
-    if os.environ.get("FSDP_TRAIN_FORCE_CPU_FSDP") == "1":
-        force_fsdp_on_cpu()
-    trainer_class = recipe.VaswaniTrainer
+def train_with_probe(probe_class, argv: list[str]) -> None:
+    """vaswani-train on `argv`, its trainer carrying `probe_class(trainer)` among its callbacks."""
 
-    class ProbedTrainer(trainer_class):
+    class ProbedTrainer(recipe.VaswaniTrainer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            self.add_callback(Probe(self))
+            self.add_callback(probe_class(self))
 
     recipe.VaswaniTrainer = ProbedTrainer
     from modeling_vaswani.toolkit.cli.train import main as train
 
-    train(sys.argv[1:])
+    train(argv)
+
+
+def main():
+    if os.environ.get("FSDP_TRAIN_FORCE_CPU_FSDP") == "1":
+        force_fsdp_on_cpu()
+    train_with_probe(Probe, sys.argv[1:])
 
 
 if __name__ == "__main__":

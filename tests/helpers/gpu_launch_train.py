@@ -18,8 +18,6 @@ from pathlib import Path
 import torch
 from transformers import TrainerCallback
 
-from modeling_vaswani.toolkit.training import recipe
-
 
 class Probe(TrainerCallback):
     def __init__(self, trainer):
@@ -51,20 +49,11 @@ class Probe(TrainerCallback):
 
 
 def main():
+    from helpers.fsdp_train import force_fsdp_on_cpu, train_with_probe
+
     if os.environ.get("GPU_LAUNCH_FORCE_CPU_FSDP") == "1":
-        from helpers.fsdp_train import force_fsdp_on_cpu
-
         force_fsdp_on_cpu()
-
-    class ProbedTrainer(recipe.VaswaniTrainer):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.add_callback(Probe(self))
-
-    recipe.VaswaniTrainer = ProbedTrainer
-    from modeling_vaswani.toolkit.cli.train import main as train
-
-    train(sys.argv[1:])
+    train_with_probe(Probe, sys.argv[1:])
 
 
 if __name__ == "__main__":

@@ -128,6 +128,20 @@ def expected_output(model, input_ids, attention_mask, settings, alpha=None, proc
     return results
 
 
+def paper_generate(model, input_ids, attention_mask, **settings):
+    """generate() under the paper's decoding as the tests hold it against the reference: `EndLikelierWithLength` on the
+    logits (ties are rare and endings likely), scores returned."""
+    return model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        paper_decoding=True,
+        logits_processor=[EndLikelierWithLength()],
+        return_dict_in_generate=True,
+        output_scores=True,
+        **settings,
+    )
+
+
 def decoded(output) -> list[list[int]]:
     """Each row's output tokens: after the start token, up to and with </s>, without the padding."""
     rows = []

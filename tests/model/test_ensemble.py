@@ -5,7 +5,14 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from helpers.reference_search import EndLikelierWithLength, decoded, expected_output, random_cases, random_model
+from helpers.reference_search import (
+    EndLikelierWithLength,
+    decoded,
+    expected_output,
+    paper_generate,
+    random_cases,
+    random_model,
+)
 from helpers.tiny_models import padded_batch
 
 from modeling_vaswani.decoding_vaswani import DecoderSteps
@@ -51,16 +58,7 @@ def test_two_models_decode_as_the_reference_over_their_averaged_log_probabilitie
     compared = differs = 0
     for lengths, seed, settings in random_cases(12, seed=61):
         input_ids, attention_mask = padded_batch(lengths, vocab_size=61, seed=seed)
-        output = first.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            paper_decoding=True,
-            logits_processor=[EndLikelierWithLength()],
-            ensemble=[second, third],
-            return_dict_in_generate=True,
-            output_scores=True,
-            **settings,
-        )
+        output = paper_generate(first, input_ids, attention_mask, ensemble=[second, third], **settings)
         expected = expected_output(reference, input_ids, attention_mask, settings)
         assert decoded(output) == [tokens for tokens, _ in expected], settings
         if settings["num_beams"] > 1:

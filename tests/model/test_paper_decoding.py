@@ -11,6 +11,7 @@ from helpers.reference_search import (
     EndLikelierWithLength,
     decoded,
     expected_output,
+    paper_generate,
     random_cases,
     random_model,
 )
@@ -22,14 +23,7 @@ from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniTranslation
 from modeling_vaswani.decoding_vaswani import DecoderSteps
 from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The reference runs hundreds of tiny forward passes, which a second thread only slows on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: tests/conftest.py
 
 
 @pytest.fixture(scope="module", params=list(MODELS))
@@ -39,16 +33,7 @@ def model(request):
 
 def run(model, lengths, seed, settings):
     input_ids, attention_mask = padded_batch(lengths, vocab_size=model.config.vocab_size, seed=seed)
-    output = model.generate(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        paper_decoding=True,
-        logits_processor=[EndLikelierWithLength()],
-        return_dict_in_generate=True,
-        output_scores=True,
-        **settings,
-    )
-    return input_ids, attention_mask, output
+    return input_ids, attention_mask, paper_generate(model, input_ids, attention_mask, **settings)
 
 
 @pytest.mark.filterwarnings("ignore:.*learned positions")

@@ -12,6 +12,7 @@ from helpers.reference_search import (
     MODELS,
     EndLikelierWithLength,
     decoded,
+    paper_generate,
     random_cases,
     random_model,
     reference_search,
@@ -81,16 +82,7 @@ def expected(model, input_ids, attention_mask, prefixes, settings, inner):
 def test_prefixes_start_the_translations_and_the_rest_is_the_references(model):
     compared = prefixed = 0
     for input_ids, attention_mask, prefixes, settings in cases(model, 20, seed=51):
-        output = model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            paper_decoding=True,
-            logits_processor=[EndLikelierWithLength()],
-            target_prefix=prefixes,
-            return_dict_in_generate=True,
-            output_scores=True,
-            **settings,
-        )
+        output = paper_generate(model, input_ids, attention_mask, target_prefix=prefixes, **settings)
         reference = expected(model, input_ids, attention_mask, prefixes, settings, EndLikelierWithLength())
         assert decoded(output) == [tokens for tokens, _ in reference], (settings, prefixes)
         if settings["num_beams"] > 1:

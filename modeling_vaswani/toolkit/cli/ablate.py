@@ -14,7 +14,6 @@ them), except those that would not measure Table 3's columns (--model_name_or_pa
 import logging
 from pathlib import Path
 
-from ..runtime import apply_process_settings
 from ..training.ablation import parse_arguments, run
 from .arguments import finite_floats
 from .shell import command
@@ -22,7 +21,6 @@ from .shell import command
 
 @command("vaswani-ablate")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     arguments = parse_arguments(argv, adapt=finite_floats)
     run(*arguments)

@@ -13,7 +13,6 @@ a killed run left beside --output is cleaned up, or restored, first.
 import argparse
 
 from ..checkpoints import find_checkpoints
-from ..runtime import apply_process_settings
 from ..training.averaging import average_checkpoints
 from .arguments import positive_int
 from .shell import command
@@ -39,7 +38,6 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 @command("vaswani-average")
 def main(argv=None) -> None:
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     checkpoints = arguments.checkpoints or find_checkpoints(arguments.output_dir_of_training, arguments.last)
     output = average_checkpoints(checkpoints, arguments.output, vaswani_only=True)  # each through the opener

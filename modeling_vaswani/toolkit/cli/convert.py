@@ -19,7 +19,6 @@ import argparse
 from ..interop.convert import departures
 from ..interop.fairseq import convert_fairseq_checkpoint, find_release_files
 from ..interop.marian import convert_marian_checkpoint
-from ..runtime import apply_process_settings
 from .shell import command
 
 
@@ -59,7 +58,6 @@ def convert(arguments: argparse.Namespace):
 
 @command("vaswani-convert")
 def main(argv=None) -> None:
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     source, converted = convert(arguments)
     output_dir = arguments.output_dir if arguments.kind == "marian" else arguments.paths[-1]

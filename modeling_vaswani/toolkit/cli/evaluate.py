@@ -19,7 +19,6 @@ from ..data.corpora import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..evaluation.metrics import translation_scores
 from ..evaluation.translate import InputError, input_token_limit, translate, write_lines
 from ..outputs import atomic_text
-from ..runtime import apply_process_settings
 from ..serving.engines import load_translator
 from .arguments import add_batch_arguments, add_model_arguments, check_output_path
 from .shell import command
@@ -45,7 +44,6 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 @command("vaswani-evaluate")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     if arguments.source:
         source, reference = arguments.source, arguments.reference

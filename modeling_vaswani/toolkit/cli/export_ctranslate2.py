@@ -12,7 +12,6 @@ run faster on CPUs. Needs the `ctranslate2` extra: pip install modeling_vaswani[
 
 import argparse
 
-from ..runtime import apply_process_settings
 from .shell import command
 
 
@@ -34,7 +33,6 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 @command("vaswani-export-ctranslate2")
 def main(argv=None) -> None:
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     from ..interop.ctranslate2 import export_ctranslate2  # CTranslate2 is optional: imported only here
 

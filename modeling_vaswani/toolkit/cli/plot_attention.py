@@ -14,7 +14,6 @@ from ..checkpoints import load_model_and_tokenizer
 from ..evaluation.plotting import ATTENTION_KINDS, plot_attention
 from ..evaluation.translate import check_sentences
 from ..outputs import ATTENTION_MAPS, check_output_folder
-from ..runtime import apply_process_settings
 from .shell import command
 
 
@@ -52,7 +51,6 @@ def check_choices(config, kinds, layers, heads) -> None:
 
 @command("vaswani-plot-attention")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     check_output_folder(arguments.output_dir, ATTENTION_MAPS)
     model, tokenizer = load_model_and_tokenizer(arguments.model, trust_remote_code=arguments.trust_remote_code)

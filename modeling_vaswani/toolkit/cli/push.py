@@ -17,13 +17,11 @@ Log in first (`hf auth login`) or set HF_TOKEN.
 import argparse
 
 from ..hub.push import EvaluationSet, push_checkpoint
-from ..runtime import apply_process_settings
 from .shell import command
 
 
 @command("vaswani-push")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", help="checkpoint folder, e.g. OUTPUT_DIR/averaged of vaswani-train")
     parser.add_argument("repo_id", help="the Hub repository, e.g. user/vaswani-base-wmt14-en-de")

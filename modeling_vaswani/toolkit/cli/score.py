@@ -19,7 +19,6 @@ import sys
 from ..evaluation.scoring import perplexity, score
 from ..evaluation.translate import InputError, input_token_limit
 from ..outputs import atomic_text
-from ..runtime import apply_process_settings
 from ..serving.engines import load_ensemble
 from .arguments import (
     add_batch_arguments,
@@ -58,7 +57,6 @@ def format_score(sentence, per_token: bool) -> str:
 
 @command("vaswani-score")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     arguments = parse_arguments(argv)
     if arguments.output:
         check_output_path(arguments.output, [arguments.source, arguments.target])

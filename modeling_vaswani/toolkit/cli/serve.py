@@ -88,9 +88,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-@command("vaswani-serve")
+# No apply_process_settings(): a server lives on after a burst, and glibc's default returns its memory then.
+@command("vaswani-serve", process_settings=False)
 def main(argv=None):
-    # No apply_process_settings(): a server lives on after a burst, and glibc's default returns its memory then.
     arguments = parse_arguments(argv)
     from ..serving.gate import read_keys
     from ..serving.server import Limits, create_app, serve  # needs the serve extra, and says so

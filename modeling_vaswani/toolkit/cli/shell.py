@@ -21,7 +21,7 @@ from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
-from ..runtime import quiet_deepspeed_on_cpu
+from ..runtime import apply_process_settings, quiet_deepspeed_on_cpu
 
 PACKAGE = Path(__file__).resolve().parents[2]  # modeling_vaswani/
 
@@ -41,13 +41,17 @@ ENVIRONMENT_ERRNOS = {
 }
 
 
-def command(name: str) -> Callable:
-    """Decorates a command's `main(argv=None)`: its expected failures become `NAME: error: MESSAGE` and exit 2."""
+def command(name: str, process_settings: bool = True) -> Callable:
+    """Decorates a command's `main(argv=None)`: its expected failures become `NAME: error: MESSAGE` and exit 2. The
+    toolkit's settings for the process (`apply_process_settings`, toolkit/runtime.py) apply first, unless
+    `process_settings` is False."""
 
     def decorate(main: Callable) -> Callable:
         @functools.wraps(main)
         def run(argv=None):
             quiet_deepspeed_on_cpu()
+            if process_settings:
+                apply_process_settings()
             try:
                 return main(argv)
             except KeyboardInterrupt:

@@ -13,7 +13,6 @@ import sys
 
 import torch
 
-from ..runtime import apply_process_settings
 from ..training.recipe import parse_arguments, run
 from .arguments import finite_floats
 from .shell import command
@@ -21,7 +20,6 @@ from .shell import command
 
 @command("vaswani-train")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     results = run(*parse_arguments(argv, adapt=finite_floats))
     test = results.get("test")

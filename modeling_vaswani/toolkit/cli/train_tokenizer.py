@@ -10,13 +10,11 @@ Refused before training: a file that is missing, a vocabulary size below the 260
 import argparse
 
 from ..data.tokenizer import train_tokenizer
-from ..runtime import apply_process_settings
 from .shell import command
 
 
 @command("vaswani-train-tokenizer")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--files", nargs="+", required=True, help="text files, one sentence per line (.gz allowed)")
     parser.add_argument("--vocab_size", type=int, default=37000, help="BPE vocabulary size (paper: 37000 for EN-DE)")

@@ -70,7 +70,6 @@ from ..evaluation.translate import (
     write_lines,
 )
 from ..outputs import atomic_text
-from ..runtime import apply_process_settings
 from ..serving.engines import load_ensemble, runs_on_ctranslate2
 from .arguments import (
     add_batch_arguments,
@@ -161,7 +160,6 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
 
 @command("vaswani-translate")
 def main(argv=None):
-    apply_process_settings()  # the toolkit's settings for this process (toolkit/runtime.py)
     _, arguments = parse_arguments(argv)
     if arguments.output:
         check_output_path(arguments.output, [arguments.input, arguments.target_prefix])

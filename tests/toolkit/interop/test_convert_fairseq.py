@@ -35,6 +35,8 @@ from modeling_vaswani.toolkit.interop.fairseq import (
     read_dictionary,
 )
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: tests/conftest.py
+
 BOS, PAD, EOS, UNK = 0, 1, 2, 3
 D_MODEL, HEADS, D_FF, LAYERS, MAX_POSITIONS = 16, 4, 32, 2, 64
 SOURCES = ["A man in a blue shirt is riding a bike.", "Two dogs play in the snow.", "A girl, well-known, sings!"]
@@ -311,15 +313,6 @@ def reference_beam(state, row: torch.Tensor, beams: int, steps: int) -> list[int
 
 
 # === Fixtures ========================================================================================================
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """The models here are tiny: one thread runs them fastest, above all on a shared machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
