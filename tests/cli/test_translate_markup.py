@@ -56,3 +56,18 @@ def test_lines_with_inline_tags_under_xml_inline(checkpoint, loaded, tmp_path, c
 def test_markup_refuses_the_flags_it_cannot_go_with(checkpoint, flag, capsys):
     message = refused(translate_command.main, [checkpoint, "--input", "page.html", *flag], capsys, one_line=False)
     assert f"--format html writes the translation with its markup, one way; drop {flag[0]}" in message
+
+
+@pytest.mark.parametrize("written", ["\x0c", "&#12;", "\x01"])
+def test_a_character_markup_cannot_hold_is_one_line_naming_its_input_line(checkpoint, written, tmp_path, capsys):
+    """A form feed in a line of an xml-inline file was written out as U+FFFD (as a reference) or failed in lxml with
+    a traceback; now it is refused before the model loads, naming the line, the character and the way around, and
+    nothing is written."""
+    lines = ["A <b>man</b> rides.", "Two dogs play.", f"A girl {written} <i>sings</i>."]
+    source, output = tmp_path / "in.en", tmp_path / "out.de"
+    source.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    argv = [checkpoint, "--input", source, "--output", output, "--format", "xml-inline", *OPTIONS]
+    error = refused(translate_command.main, argv, capsys)
+    code = 1 if written == "\x01" else 12
+    assert f"{source} holds U+{code:04X}" in error and "at line 3, character 8" in error and "--format text" in error
+    assert not output.exists()

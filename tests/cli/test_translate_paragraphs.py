@@ -234,7 +234,11 @@ def test_alignments_are_refused_before_any_work_where_they_cannot_be_made(checkp
     export = tmp_path / "ct2"
     export.mkdir()
     (export / "model.bin").write_bytes(b"")
+    cases = {("--alignments",): "--alignments", ("--format", "html"): "--format html"}
+    cases[("--format", "xml-inline")] = "--format xml-inline"
     for model, flags in ((export, []), (checkpoint, ["--engine", "ctranslate2"])):
-        error = refused(translate_command.main, [model, "--input", source, "--alignments", *flags], capsys)
-        assert f"--alignments needs a PyTorch checkpoint's attention weights; {model} runs on CTranslate2" in error
-        assert "give the checkpoint it was exported from" in error
+        for options, named in cases.items():
+            error = refused(translate_command.main, [model, "--input", source, *options, *flags], capsys)
+            assert f"{named} need(s) the PyTorch model's attention weights" in error
+            assert f"{model} runs on CTranslate2" in error and "give the checkpoint it was exported from" in error
+            assert ("--format text" in error) == ("--format" in options)

@@ -59,6 +59,7 @@ import sys
 
 from ..checkpoints import local_folder
 from ..data.corpora import iter_arrived_lines, iter_text_lines
+from ..data.markup import check_markup_text
 from ..evaluation.alignment import pharaoh, translate_aligned
 from ..evaluation.documents import translate_markup
 from ..evaluation.translate import (
@@ -158,28 +159,40 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     return parser, arguments
 
 
+def attention_options(arguments: argparse.Namespace) -> list[str]:
+    """The options given that read the model's attention weights (word alignments), which a CTranslate2 export does
+    not give as the PyTorch model does: one layer's attention, fixed at export, or none."""
+    wanted = ["--alignments"] if arguments.alignments else []
+    return wanted + ([f"--format {arguments.format}"] if arguments.format != "text" else [])
+
+
+def check_engine_serves(arguments: argparse.Namespace) -> None:
+    """Refuses, before any work, options the first model's engine cannot serve, naming them and the way that can."""
+    wanted = attention_options(arguments)
+    if wanted and runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
+        instead = " (or --format text)" if arguments.format != "text" else ""
+        raise ValueError(
+            f"{' and '.join(wanted)} need(s) the PyTorch model's attention weights (word alignments); "
+            f"{arguments.model[0]} runs on CTranslate2, which does not give them: give the checkpoint it was "
+            f"exported from, on the PyTorch engine{instead}"
+        )
+
+
 @command("vaswani-translate")
 def main(argv=None):
     _, arguments = parse_arguments(argv)
     if arguments.output:
         check_output_path(arguments.output, [arguments.input, arguments.target_prefix])
     check_models(arguments.model, arguments.revision)  # a typo in the second model is not found after the first loads
-    if arguments.alignments and runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
-        raise ValueError(
-            f"--alignments needs a PyTorch checkpoint's attention weights; {arguments.model[0]} runs on CTranslate2, "
-            "which gives one layer's attention fixed at export: give the checkpoint it was exported from"
-        )
-    if arguments.format != "text" and runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
-        raise ValueError(
-            f"--format {arguments.format} places tags by the model's attention weights; {arguments.model[0]} runs on "
-            "CTranslate2, which gives none: give the checkpoint it was exported from, or --format text"
-        )
+    check_engine_serves(arguments)
     streaming = arguments.input is None and arguments.output is None and arguments.target_prefix is None
     streaming = streaming and is_stream(0) and arguments.format != "html"  # a document is read whole
     # Before any model loads, what can be read is: the files, and standard input where it is one (a pipe or a
     # terminal is read once the model is there: its lines may take their time to come).
     sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
     prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
+    if sentences is not None and arguments.format != "text":  # markup.Document's rule, before the model loads
+        check_markup_text("\n".join(sentences), arguments.input or "standard input")
     model, tokenizer, others = load_ensemble(
         arguments.model, arguments.revision, arguments.trust_remote_code, arguments.engine
     )  # fmt: skip

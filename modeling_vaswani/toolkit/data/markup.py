@@ -48,6 +48,31 @@ SCRIPTS = frozenset({"script", "style", "textarea"})
 VOID = frozenset(lxml.html.defs.empty_tags)
 _RUN = "vaswani-run"  # the temporary element a run is gathered in, dropped after translation
 _DOCUMENT = re.compile(r"\s*(<\?xml[^>]*>\s*)?(<!doctype|<html)", re.IGNORECASE)
+# What lxml (libxml2) cannot hold in a tree, as XML 1.0 forbids it: control characters but tab, newline and carriage
+# return, surrogates, U+FFFE and U+FFFF. HTML takes a form feed for a space; libxml2 cannot, so it is refused too.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def check_markup_text(text: str, what: str) -> None:
+    """Refuses a character `_NOT_XML` holds in `what`, as itself or as a numeric character reference (`&#12;`, which
+    the parser would resolve into it), naming it and its line and character in `text`."""
+    for found in re.finditer(r"&#(?:[xX]([0-9a-fA-F]+)|([0-9]+));?|" + _NOT_XML.pattern, text):
+        hexadecimal, decimal = found.groups()
+        code = (
+            ord(found.group())
+            if found.group(1, 2) == (None, None)
+            else int(hexadecimal or decimal, 16 if hexadecimal else 10)
+        )
+        if not (code == 0 or code > 0x10FFFF or _NOT_XML.match(chr(code))):
+            continue
+        line = text.count("\n", 0, found.start()) + 1
+        column = found.start() - (text.rfind("\n", 0, found.start()) + 1) + 1
+        written = f" written {found.group()!r}" if found.group(1, 2) != (None, None) else ""
+        raise ValueError(
+            f"{what} holds U+{code:04X}{written} at line {line}, character {column}: markup is parsed and written by "
+            "libxml2, which takes no control character but tab, newline and carriage return (XML 1.0); expected "
+            "text without it (or --format text, which translates tags as text)"
+        )
 
 
 def word_spans(text: str) -> list[tuple[int, int]]:
@@ -288,6 +313,7 @@ class Document:
             raise ValueError(f"unknown markup format {format!r}; expected one of {list(FORMATS)}")
         if not isinstance(text, str):
             raise ValueError(f"a document is a {type(text).__name__}; expected a str")
+        check_markup_text(text, f"the {format} text")
         self.format, self.text = format, text
         self.whole = bool(_DOCUMENT.match(text))
         self.runs: list[Marked] = []
@@ -314,6 +340,7 @@ class Document:
                 "expected one of each a run"
             )
         for wrapper, marked, target, pairs in zip(self._wrappers, self.runs, translations, links, strict=True):
+            check_markup_text(target, f"the translation {target!r}")  # byte-level BPE may write any character
             fill(wrapper, marked, target, pairs)
             wrapper.drop_tag()
         if self.root is None:

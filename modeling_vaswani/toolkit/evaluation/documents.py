@@ -41,7 +41,12 @@ def translate_markup(
         raise ValueError(f"unknown markup format {format!r}; expected one of {list(FORMATS)}")
     if isinstance(texts, str):
         raise ValueError("texts is a str; expected a list of documents (a single one in a list)")
-    documents = [Document(text, format) for text in texts]
+    documents = []
+    for number, text in enumerate(texts):
+        try:
+            documents.append(Document(text, format))
+        except ValueError as error:  # a character libxml2 cannot hold: name the text
+            raise InputError(f"text {first + number}: {error}", number + 1) from None
     runs = [run for document in documents for run in document.runs]
     layout = split_input([run.text for run in runs], tokenizer, language, unit="run of text")
     owners = [number for number, document in enumerate(documents) for _ in document.runs]  # each run's text

@@ -392,7 +392,13 @@ def create_app(
                 422, "format", f"format {request.format!r} answers each text with its markup; expected no "
                 f"{' and no '.join(clashing)} (or format \"text\")",
             )  # fmt: skip
-        return [Document(text, request.format) for text in texts]
+        documents = []
+        for number, text in enumerate(texts):
+            try:
+                documents.append(Document(text, request.format))
+            except ValueError as error:  # a character libxml2 cannot hold
+                raise Refused(422, "text", f"text {number + 1}: {error}") from error
+        return documents
 
     @app.post("/translate")
     async def translate_endpoint(request: TranslateRequest, http: Request):

@@ -155,6 +155,35 @@ def test_unknown_format_and_runs_count_are_refused():
         Document("<p>a</p><p>b</p>", "html").write(["x"], [[]])
 
 
+# Every character XML 1.0 forbids, written as itself and as decimal and hexadecimal references, in both formats.
+FORBIDDEN = [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20), 0xFFFE, 0xFFFF]
+
+
+@pytest.mark.parametrize("format", ["html", "xml-inline"])
+@pytest.mark.parametrize("code", FORBIDDEN, ids=lambda code: f"U+{code:04X}")
+def test_a_character_libxml2_cannot_hold_is_refused_by_name_and_place(code, format):
+    """libxml2 holds no such character: written as itself, lxml refused it with a message naming nothing, and as a
+    reference (&#12;) it was resolved, then refused, or written as U+FFFD. Each is refused naming it and its place."""
+    for written in (chr(code), f"&#{code};", f"&#x{code:x};"):
+        text = f"a <b>c</b>\nfirst {written} <i>word</i>"
+        with pytest.raises(ValueError) as refused:
+            Document(text, format)
+        message = str(refused.value)
+        assert f"holds U+{code:04X}" in message and "at line 2, character 7" in message, message
+        assert (f"written {written!r}" in message) == (written != chr(code)), message
+
+
+@pytest.mark.parametrize("text", ["tab\there", "line\nbreak", "cr\r\nlf", "&#9; &#10; &#13; &#65; &#x263a; &amp;"])
+def test_the_characters_xml_allows_are_taken(text):
+    assert Document(f"<b>{text}</b>", "xml-inline").runs
+
+
+def test_a_translation_holding_such_a_character_is_refused_by_name():
+    document = Document("a <b>b</b>", "xml-inline")
+    with pytest.raises(ValueError, match=r"the translation 'x \\x0c y' holds U\+000C at line 1, character 3"):
+        document.write(["x \x0c y"], [[(0, 0), (1, 2)]])
+
+
 # ---- HTML documents ------------------------------------------------------------------------------------------------
 
 PAGE = """<!DOCTYPE html>

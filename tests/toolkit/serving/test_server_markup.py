@@ -53,3 +53,16 @@ def test_a_sentence_over_the_limit_is_named_by_its_text_not_its_run_of_text(serv
     status, answer = post(f"{server}/translate", {"text": texts, "format": "html"})
     assert (status, answer["error"]["field"]) == (422, "text"), answer
     assert answer["error"]["message"].startswith("text 2, sentence 'dog dog"), answer
+
+
+@pytest.mark.parametrize("format", ["html", "xml-inline"])
+def test_a_character_markup_cannot_hold_is_refused_naming_its_text(server, format):
+    """A form feed, as itself or as a reference, was an error from inside lxml (500) or written as U+FFFD."""
+    for written in ("\x0c", "&#12;", "&#x0C;"):
+        texts = ["A <b>man</b> rides.", f"Two dogs\n play {written} <i>here</i>."]
+        status, answer = post(f"{server}/translate", {"text": texts, "format": format})
+        assert (status, answer["error"]["field"]) == (422, "text"), answer
+        message = answer["error"]["message"]
+        assert message.startswith(f"text 2: the {format} text holds U+000C") and "line 2, character 7" in message
+    status, _ = post(f"{server}/translate", {"text": "A man \x0c rides.", "format": "text"})  # no markup: taken
+    assert status == 200
