@@ -248,9 +248,9 @@ class VaswaniGenerationMixin(GenerationMixin):
         `paper_search`, run through `generate(custom_generate=...)`. In both modes `check_generate_inputs` refuses,
         before any work, input_ids that are not an integer (batch, length) tensor with at least one row and token and
         ids within the vocabulary, an attention_mask of another shape, a source row that is all padding (its
-        `attention_mask`, or its ids against the pad id, all zero), `num_beams` or `num_return_sequences` under 1 (more
-        sequences than beams: transformers' own check), a length penalty that is not finite (or negative under `paper_decoding`), and
-        `max_length` under 2 or `max_new_tokens` under 1.
+        `attention_mask`, or its ids against the pad id, all zero), `num_beams` or `num_return_sequences` under 1, a
+        length penalty that is not finite (or negative under `paper_decoding`), and `max_length` under 2 or
+        `max_new_tokens` under 1; transformers' own check refuses more sequences than beams.
 
         `ensemble` (with `paper_decoding`): other models that share this one's vocabulary, decoding with it, their
         next-token log-probabilities averaged at every step (`EnsembleSteps`).

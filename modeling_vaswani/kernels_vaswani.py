@@ -174,9 +174,9 @@ class Linear(nn.Linear):
 
 def is_cpu_decoding_step(module: nn.Module, query: torch.Tensor) -> bool:
     """Whether `query` ([rows, heads, queries, d_k]) is a decoding step for which Equation 1 as two batched products
-    (the model's `eager_attention_forward`) beats torch's CPU SDPA kernel: at most 8 queries a row (one new token, or a sentence's
-    beams in encoder-decoder attention), at least 16 queries in all, no gradients, not compiled. A causal block of
-    several queries stays with SDPA, whose mask may then be left implicit.
+    (the model's `eager_attention_forward`) beats torch's CPU SDPA kernel: at most 8 queries a row (one new token,
+    or a sentence's beams in encoder-decoder attention), at least 16 queries in all, no gradients, not compiled. A
+    causal block of several queries stays with SDPA, whose mask may then be left implicit.
 
     Why: torch's CPU SDPA kernel spends a fixed cost on every (row, head) block of queries, which is most of its time
     when a block holds a decoding step's few queries: for one new token per row at batch 32, or a sentence's 4 beams
@@ -226,14 +226,17 @@ def encoder_attention_mask_by_sentence(config, hidden_states, encoder_hidden_sta
     """transformers' mask for the encoder-decoder attention as `by_sentence` computes it: one row of queries a
     sentence, over that sentence's encoder output."""
     sentences = encoder_hidden_states.shape[0]
-    if hidden_states.shape[0] % sentences:
-        raise ValueError(
-            f"The decoder's batch ({hidden_states.shape[0]} rows) must be a multiple of the encoder's "
-            f"({sentences}): k hypotheses per sentence, rows s*k to s*k+k-1 attending over sentence s"
-        )
+    queries = hidden_states  # a row per sentence (training, stock generate()): transformers' own mask
+    if hidden_states.shape[0] != sentences:  # the paper's search: k rows a sentence, grouped as by_sentence groups
+        if hidden_states.shape[0] % sentences:
+            raise ValueError(
+                f"The decoder's batch ({hidden_states.shape[0]} rows) must be a multiple of the encoder's "
+                f"({sentences}): k hypotheses per sentence, rows s*k to s*k+k-1 attending over sentence s"
+            )
+        queries = hidden_states.reshape(sentences, -1, hidden_states.shape[-1])
     return create_bidirectional_mask(
         config=config,
-        inputs_embeds=hidden_states.reshape(sentences, -1, hidden_states.shape[-1]),
+        inputs_embeds=queries,
         attention_mask=attention_mask,
         encoder_hidden_states=encoder_hidden_states,
     )
