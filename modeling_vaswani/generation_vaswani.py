@@ -281,9 +281,8 @@ class VaswaniGenerationMixin(GenerationMixin):
             if (value := kwargs.get(other_search)) is not None:
                 shown = repr(value) if isinstance(value, str) else f"a {type(value).__name__}"
                 raise ValueError(f"paper_decoding runs its own search; got {other_search}={shown} as well")
-        limits = sentence_limits(
-            self.config, attention_mask, kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)
-        )
+        kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)  # caps resolved as generate() resolves them
+        limits = sentence_limits(self.config, attention_mask, settings["max_new_tokens"], settings["max_length"])
         if target_prefix is not None:
             prefixes = check_target_prefix(target_prefix, self.config.vocab_size, (limits - 1).tolist())
             with_target_prefix(kwargs, prefixes, self.device)

@@ -5,6 +5,7 @@ Before these checks each case below failed deep inside the search (ZeroDivisionE
 or dtype error from torch, a bare IndexError), reported another value than the one given, or decoded silently.
 """
 
+import copy
 import math
 import re
 
@@ -149,6 +150,24 @@ def test_the_paper_decoding_takes_its_beams_from_a_generation_config(model):
         model.generate(**inputs, generation_config=GenerationConfig(num_beams=2)),
         model.generate(**inputs, num_beams=2),
     )
+
+
+@pytest.mark.parametrize("cap", [{"max_new_tokens": 3}, {"max_length": 4}])
+def test_the_paper_decodings_length_caps_are_resolved_as_generate_resolves_them(model, cap):
+    """Section 6.1's input length + 50, lowered by a cap given as a keyword, in a generation_config passed, or in the
+    model's own generation_config (the call's keyword first), as stock generate() reads them. The caps of the two
+    configurations were ignored: sentences ran to input length + 50."""
+    input_ids, attention_mask = batch()
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask, "paper_decoding": True}
+    by_keyword = model.generate(**inputs, **cap)
+    assert by_keyword.shape[1] <= 4  # the start token and at most 3 more
+    assert torch.equal(model.generate(**inputs, generation_config=GenerationConfig(num_beams=4, **cap)), by_keyword)
+    own = copy.deepcopy(model)
+    for name, value in cap.items():
+        setattr(own.generation_config, name, value)
+    assert torch.equal(own.generate(**inputs), by_keyword)
+    longer = {name: value + 2 for name, value in cap.items()}
+    assert torch.equal(own.generate(**inputs, **longer), model.generate(**inputs, **longer))
 
 
 @pytest.fixture(scope="module")

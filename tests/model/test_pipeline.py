@@ -21,13 +21,19 @@ def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
+# The untrained model rarely ends a sentence: each would run to its limit of input length + 50 (the tests' cost).
+CAP = {"max_new_tokens": 8}
+
+
 @pytest.fixture(scope="module")
 def translator(checkpoint):
-    return pipeline("vaswani-translation", model=str(checkpoint))
+    return pipeline("vaswani-translation", model=str(checkpoint), **CAP)
 
 
 def generated_texts(checkpoint, sentences, **generate_kwargs) -> list[str]:
-    """The reference: the model's generate() on one padded batch of `sentences`, decoded."""
+    """The reference: the model's generate() on one padded batch of `sentences`, decoded (at most CAP's tokens,
+    unless `generate_kwargs` say otherwise)."""
+    generate_kwargs = {**CAP, **generate_kwargs}
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     batch = tokenizer(sentences, return_tensors="pt", padding=True)
@@ -199,12 +205,12 @@ def test_the_language_is_the_models_recorded_one(checkpoint, tmp_path):
         generated_texts(checkpoint, [s], paper_decoding=True)[0] for s in ["Das ist die sog.", "Lösung.", "Gut."]
     )
     assert german != generic, "the two cuts must translate differently for the test to mean anything"
-    assert pipeline("vaswani-translation", model=str(german_model))(text) == [{"translation_text": german}]
-    assert pipeline("vaswani-translation", model=str(checkpoint))(text) == [{"translation_text": generic}]
-    assert pipeline("vaswani-translation", model=str(checkpoint), language="de")(text) == [
+    assert pipeline("vaswani-translation", model=str(german_model), **CAP)(text) == [{"translation_text": german}]
+    assert pipeline("vaswani-translation", model=str(checkpoint), **CAP)(text) == [{"translation_text": generic}]
+    assert pipeline("vaswani-translation", model=str(checkpoint), language="de", **CAP)(text) == [
         {"translation_text": german}
     ]
-    assert pipeline("vaswani-translation", model=str(german_model))(text, language="en") == [
+    assert pipeline("vaswani-translation", model=str(german_model), **CAP)(text, language="en") == [
         {"translation_text": generic}
     ]
 
@@ -215,14 +221,14 @@ def test_alignments_on_request_are_the_librarys(translator, checkpoint):
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     texts = [joined(sentences, spacing) for sentences, spacing in PARAGRAPHS] + [" "]
-    expected = translate_aligned(model, tokenizer, texts, batch_size=1, progress=False)
+    expected = translate_aligned(model, tokenizer, texts, batch_size=1, progress=False, **CAP)
     got = translator(texts, alignments=True)
     assert got == [{"translation_text": line.text, "alignment": line.alignment} for line in expected]
     assert got[-1] == {"translation_text": "", "alignment": []}
     assert sum(len(answer["alignment"]) for answer in got) > 3
     assert translator(texts[0], alignments=True) == [got[0]]
     assert all("alignment" not in answer for answer in translator(texts))
-    whole = translate_aligned(model, tokenizer, texts[:1], split_sentences=False, progress=False)
+    whole = translate_aligned(model, tokenizer, texts[:1], split_sentences=False, progress=False, **CAP)
     answer = translator(texts[0], split_sentences=False, alignments=True)
     assert answer == [{"translation_text": whole[0].text, "alignment": whole[0].alignment}]
     with pytest.raises(ValueError, match="alignments=True with num_return_sequences=2; alignments are of each"):
