@@ -196,8 +196,8 @@ def is_cpu_decoding_step(module: nn.Module, query: torch.Tensor) -> bool:
 
 def sdpa_with_cpu_decoding_steps(module: nn.Module, query: torch.Tensor, *args, equation_1, **kwargs):
     """transformers' "sdpa" attention, except for the CPU decoding steps `is_cpu_decoding_step` picks: those take
-    `equation_1`, the model's own Equation 1 (modeling_vaswani.eager_attention_forward, the interface's default: one
-    home for it), which is two batched matrix products; its weights are dropped, as SDPA returns none."""
+    `equation_1`, the model's own Equation 1 (`eager_attention_forward` of modeling_vaswani.py, the default the
+    interface receives: its one home), two batched matrix products; its weights are dropped, as SDPA returns none."""
     if is_cpu_decoding_step(module, query):
         return equation_1(module, query, *args, **kwargs)[0], None
     return sdpa_attention_forward(module, query, *args, **kwargs)

@@ -77,6 +77,7 @@ def first_runnable_blocks() -> dict[str, str]:
 
 
 @pytest.mark.parametrize(("where", "code"), BLOCKS)
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_python_block_runs(where, code, tmp_path):
     reason = not_run_reason(code)
     if reason is not None:

@@ -23,6 +23,7 @@ import report  # noqa: E402
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the suite runs instead of skipping")
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_without_cuda_the_suite_is_collected_and_skipped_with_its_reason():
     env = {key: value for key, value in os.environ.items() if not key.startswith("VASWANI_GPU_")}
     process = subprocess.run(

@@ -123,6 +123,7 @@ def test_a_missing_model_of_an_ensemble_is_refused_before_the_first_loads(unload
     assert_no_model_was_loaded(error, unloadable)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_serve_finds_every_model_before_the_first_loads(unloadable, tmp_path):
     pytest.importorskip("fastapi")
     missing = tmp_path / "runs-b" / "averaged"
@@ -166,6 +167,7 @@ LINES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl."]
     ],
     ids=["empty", "blank", "not UTF-8", "NUL", "too long"],
 )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_lines_that_arrive_with_a_bad_one_are_answered_before_the_refusal(checkpoint, bad, told):
     """All of it in one write, so that one read returns the good lines and the bad one together. One sentence a line
     (--no_split_sentences), where an empty line is a bad one; with sentence splitting:
@@ -186,6 +188,7 @@ def test_lines_that_arrive_with_a_bad_one_are_answered_before_the_refusal(checkp
     assert told in err.decode(), err.decode()
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_an_nbest_stream_numbers_the_good_lines_before_a_bad_one(checkpoint):
     data = f"{LINES[0]}\n{LINES[1]}\n\n".encode()  # the empty line is the bad one, one sentence a line
     result = subprocess.run(

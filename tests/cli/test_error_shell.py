@@ -74,6 +74,7 @@ def run_failing(failure: str, **env) -> subprocess.CompletedProcess:
         ("raise KeyboardInterrupt", 130, "vaswani-translate: interrupted; outputs are written aside"),
     ],
 )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_unexpected_failures_keep_their_traceback_and_expected_ones_are_one_line(failure, code, told):
     result = run_failing(failure)
     assert result.returncode == code, result.stderr
@@ -81,6 +82,7 @@ def test_unexpected_failures_keep_their_traceback_and_expected_ones_are_one_line
     assert ("Traceback" in result.stderr) == (code == 1)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_hub_id_that_cannot_be_fetched_is_one_line():
     """transformers' own message for an unreachable Hub (its hub module's OSError), told on one line."""
     program = "from modeling_vaswani.toolkit.cli import translate; translate.main(['someone/some-model'])"

@@ -32,6 +32,7 @@ def evaluate(checkpoint, references: list[str], folder, capsys) -> tuple[list[st
     return capsys.readouterr().out.splitlines(), output.read_text(encoding="utf-8").split("\n")[:-1]
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_evaluate_prints_bleu_chrf_and_ter_with_their_signatures(checkpoint, tmp_path, capsys):
     # An untrained model shares next to nothing with real references (sacreBLEU 0, TER 100): for scores that
     # compare something, half the references are its own translations of those sentences.
@@ -58,6 +59,7 @@ def test_evaluate_prints_bleu_chrf_and_ter_with_their_signatures(checkpoint, tmp
     assert f"{scores['tokenized_bleu']:.2f} ({scores['tokenized_bleu_signature']})" in tokenized_line
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_token_batches_score_the_same_translations(checkpoint, tmp_path, capsys):
     """--max_tokens batches by padded source tokens; the translations are those of batches of sentences, in order."""
     _, by_sentences = evaluate(checkpoint, REFERENCES, tmp_path / "sentences", capsys)

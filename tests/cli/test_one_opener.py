@@ -241,6 +241,7 @@ except ValueError as error:
 
 
 @pytest.mark.parametrize("package", ["with", "without"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_checkpoints_own_code_names_a_foreign_model_type(checkpoint, tmp_path, package):
     folder = with_model_type(checkpoint, tmp_path / "typo", "vaswanii")
     env = {**os.environ, "HF_MODULES_CACHE": str(tmp_path / "modules"), "HF_HUB_OFFLINE": "1"}
@@ -277,6 +278,7 @@ print(json.dumps(outcomes))
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_hub_model_of_another_type_is_named_before_transformers_asks_to_run_its_code(
     checkpoint, texts, hub_env, tmp_path
 ):
@@ -336,6 +338,7 @@ def sharded(checkpoint, folder):
     return copy
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_unreadable_files_and_folders_are_named_as_permission_denied(checkpoint, export, texts, tmp_path):
     # (what is made unreadable, its mode, the command, the path the error must name)
     cases = []
@@ -403,6 +406,7 @@ except KeyError as error:
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_removed_translation_task_is_refused_before_any_registration_and_the_docs_point_to_ours(checkpoint):
     """transformers 5 refuses "translation" before it consults registered tasks or the model's config (a check this
     package cannot reach): every place that shows this package's pipeline says so and names "vaswani-translation".

@@ -54,6 +54,7 @@ def page_faults(*arguments) -> int:
     return measure(SETUP, *arguments)[1]
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_command_run_applies_it(tmp_path):
     """vaswani-translate run to the end on a tiny checkpoint: the setting holds in its process afterwards."""
     checkpoint = tiny_checkpoint(tmp_path / "tiny", lines=300)
@@ -77,10 +78,12 @@ def test_the_server_leaves_it_as_it_is():
     assert page_faults("command", "serve", "--help") > FRESH_FAULTS
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_trainer_applies_it():
     assert page_faults("trainer") <= KEPT_FAULTS
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_importing_the_toolkit_and_running_the_model_do_not():
     faults = page_faults("imports and model")
     assert faults > FRESH_FAULTS, f"only {faults} page faults: an import or the model changed malloc's settings"

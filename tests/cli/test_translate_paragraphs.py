@@ -50,6 +50,7 @@ def document(loaded):
     return lines, expected
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_file_gives_one_line_per_line_each_its_sentences_joined(checkpoint, document, tmp_path, capsys):
     lines, expected = document
     source, output = tmp_path / "in.en", tmp_path / "out.de"
@@ -93,6 +94,7 @@ def answered_in_a_pipe(checkpoint, lines: list[str], expected: list[str], *flags
         process.kill()
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_pipe_answers_each_line_while_its_input_is_open(checkpoint, document):
     lines, expected = document
     answered_in_a_pipe(checkpoint, lines, expected)  # empty lines too: answered by an empty line
@@ -125,6 +127,7 @@ def test_a_sentence_over_the_limit_is_refused_by_its_line_and_first_words(checkp
     assert "more than the limit of 64 (max_input_tokens; 1 sentence(s) over it, in lines [3])" in err
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_stream_answers_the_lines_before_a_bad_one(checkpoint, loaded):
     """In one write, so that one read returns the good lines and the bad one together; then a bad line arriving in a
     later read is named by its number in the whole input."""
@@ -210,6 +213,7 @@ def aligned_lines(loaded, lines: list[str]) -> list[str]:
     return [f"{line.text.replace(chr(10), ' ')} ||| {pharaoh(line.alignment)}" for line in found]
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_alignments_follow_each_line_from_a_file_and_a_pipe(checkpoint, loaded, document, tmp_path, capsys):
     lines, expected = document
     wanted = aligned_lines(loaded, lines)

@@ -92,6 +92,7 @@ DISK_FULL_WHILE_WRITING = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_disk_that_fills_while_translate_writes_keeps_the_earlier_file_and_says_so(checkpoint, source, tmp_path):
     with small_disk(tmp_path / "disk", "256k") as disk:
         output = disk / "out.de"
@@ -122,6 +123,7 @@ KILLED_EXPORT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_killed_export_leaves_no_half_written_folder_and_the_rerun_completes(checkpoint, tmp_path, capsys):
     pytest.importorskip("ctranslate2")
     output = tmp_path / "ct2"

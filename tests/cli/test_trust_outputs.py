@@ -151,6 +151,7 @@ KILLED_PLOT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_attention_maps_are_replaced_as_one_set_never_a_mix(checkpoint, tmp_path):
     maps = tmp_path / "maps"
     plot_attention.main([str(checkpoint), "A man.", "--layers", "0", "--output_dir", str(maps)])
@@ -186,6 +187,7 @@ KILLED_SWAP = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_reader_restores_a_model_a_killed_average_set_aside_and_says_so(two, source, tmp_path):
     output = tmp_path / "averaged"
     argv = [*map(str, two), "--output", str(output)]
@@ -219,6 +221,7 @@ SLOW_AVERAGE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_second_average_into_the_same_output_is_refused_naming_the_first(two, tmp_path, capsys):
     output, started = tmp_path / "averaged", tmp_path / "started"
     argv = [*map(str, two), "--output", str(output)]

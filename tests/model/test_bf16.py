@@ -18,6 +18,7 @@ def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_bf16_training_on_cpu(checkpoint, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)

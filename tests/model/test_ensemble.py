@@ -47,6 +47,7 @@ def test_an_ensemble_of_a_model_with_itself_translates_as_the_model():
             torch.testing.assert_close(alone.sequences_scores, together.sequences_scores, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_two_models_decode_as_the_reference_over_their_averaged_log_probabilities(monkeypatch):
     first, second, third = random_model(seed=31), random_model(seed=32), random_model(seed=33)
     reference = Averaged(first, second, third)

@@ -162,6 +162,7 @@ def plain_generate(model, batch, monkeypatch, **settings):
     ],
     ids=["greedy", "beam", "sampling", "paper", "paper-n-best"],
 )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_generate_is_unchanged_by_the_fast_paths(model, batch, settings, monkeypatch):
     settings = {**settings, "return_dict_in_generate": True, "output_scores": True}
     plain = plain_generate(model, batch, monkeypatch, **settings)
@@ -393,6 +394,7 @@ def batch_sizes_left(monkeypatch) -> list[int]:
     ],
     ids=["greedy", "beam", "n-best", "beam-capped"],
 )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_paper_decoding_gives_the_same_tokens_whether_finished_sentences_leave_the_batch_or_not(
     model, batch, settings, monkeypatch
 ):
@@ -435,6 +437,7 @@ class TopKByPlace(TopKLogitsWarper):
     ],
     ids=["none", "row-wise", "encoder-repetition", "custom", "subclass"],
 )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_batch_shrinks_only_under_processors_known_to_be_row_wise(model, batch, settings, shrinks, monkeypatch):
     selected = batch_sizes_left(monkeypatch)
     shrinking = model.generate(**batch, paper_decoding=True, num_beams=1, **settings)

@@ -125,6 +125,7 @@ def test_the_paper_decoding_refuses_a_negative_length_penalty_and_stock_generate
 
 
 @pytest.mark.parametrize("paper_decoding", list(MODES.values()), ids=list(MODES))
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_valid_edge_values_decode(model, paper_decoding):
     """The smallest values allowed decode, and int32 ids decode as int64 ones do."""
     input_ids, attention_mask = batch()
@@ -140,6 +141,7 @@ def test_valid_edge_values_decode(model, paper_decoding):
     model.generate(input_ids=input_ids, attention_mask=input_ids.ne(PAD), paper_decoding=paper_decoding)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_paper_decoding_takes_its_beams_from_a_generation_config(model):
     """A generation_config passed without num_beams leaves the model's (4) in force, as stock generate() does; a
     num_beams in it is used as the keyword would be."""

@@ -33,6 +33,7 @@ def batch():
     ],
     ids=["greedy", "beam", "sampling", "paper"],
 )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_cache_changes_nothing(model, batch, settings):
     settings = {"max_new_tokens": 12, **settings}
     if settings.get("paper_decoding"):
@@ -52,6 +53,7 @@ def test_static_cache(model, batch, num_beams):
 
 
 @pytest.mark.parametrize("do_sample", [False, True], ids=["greedy", "sampling"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_decoding_steps_compile_as_one_graph(model, batch, do_sample):
     """generate()'s compiled decoding (a static cache and a CompileConfig, what transformers does by itself on a GPU;
     it compiles greedy search and sampling, never beam search) traced with fullgraph=True, so that a graph break
@@ -92,6 +94,7 @@ def teacher_forced_log_probability(model, source, attention_mask, sequence):
 
 
 @pytest.mark.parametrize("paper_decoding", [True, False])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_sequence_scores_recomputed_by_hand(model, batch, paper_decoding):
     """Paper: log P(Y|X) / ((5 + |Y|) / 6)^alpha. Stock transformers (unchanged): log P(Y|X) / |Y|^alpha."""
     settings = {} if paper_decoding else {"max_new_tokens": 20}
@@ -124,6 +127,7 @@ def test_gnmt_length_penalty_formula():
 
 
 @pytest.mark.parametrize("num_beams", [1, 4])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_paper_decoding_stops_each_sentence_at_source_length_plus_50(model, batch, num_beams):
     # With the end-of-sentence token forbidden, every sentence runs to its own limit.
     generated = model.generate(**batch, paper_decoding=True, num_beams=num_beams, bad_words_ids=[[EOS]])
@@ -131,6 +135,7 @@ def test_paper_decoding_stops_each_sentence_at_source_length_plus_50(model, batc
     assert output_lengths.tolist() == (batch["attention_mask"].sum(-1) + 50).tolist()
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_paper_decoding_defaults_to_the_generation_configs_beams(model, batch):
     assert torch.equal(
         model.generate(**batch, paper_decoding=True), model.generate(**batch, paper_decoding=True, num_beams=4)
@@ -139,6 +144,7 @@ def test_paper_decoding_defaults_to_the_generation_configs_beams(model, batch):
 
 @pytest.mark.parametrize("num_beams", [1, 4])
 @pytest.mark.parametrize("cap", [{"max_new_tokens": 54}, {"max_length": 55}, {"max_new_tokens": 5}])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_length_cap_lowers_each_sentences_limit(model, batch, num_beams, cap):
     # Sources of 7, 3 and 5 tokens: limits of 57, 53 and 55 output tokens; the cap is the smaller of the two, sentence
     # by sentence (max_length counts the decoder start token). </s> forbidden, so every sentence runs to its limit.
@@ -148,6 +154,7 @@ def test_a_length_cap_lowers_each_sentences_limit(model, batch, num_beams, cap):
     assert generated[:, 1:].ne(PAD).sum(-1).tolist() == limits.tolist()
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_cap_above_every_limit_changes_nothing(model, batch):
     assert torch.equal(
         model.generate(**batch, paper_decoding=True, max_new_tokens=500),
@@ -177,6 +184,7 @@ class WaitInsideGenerate(LogitsProcessor):
         return scores
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_paper_decoding_call_does_not_change_a_plain_one_beside_it(model, batch):
     """One model, two threads: a plain beam search that runs while a paper-decoding call is inside generate() gets
     what it gets alone (the paper's search keeps its state in the call, none on the model)."""

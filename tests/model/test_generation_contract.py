@@ -402,6 +402,7 @@ class ForceThenBan(LogitsProcessor):
 
 @MODES
 @EACH_SEARCH
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_logits_processors_are_honoured(model, batch, paper_decoding, search):
     """A custom processor (forced first token, one banned token) and generate()'s own (`bad_words_ids`, a bigram not
     to repeat) hold in every returned row."""

@@ -51,6 +51,7 @@ def test_encoder_sees_both_ways_and_decoder_only_backwards(implementation):
     assert not torch.allclose(logits[0, 3], logits_changed[0, 3])
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_kernels_agree_with_padding():
     inputs = forward_inputs()
     logits = {}
@@ -119,6 +120,7 @@ def test_output_attentions_on_sdpa_are_equation_1_for_that_call_alone(lengths):
 
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_padding_never_leaks(implementation):
     model = tiny_model(attn_implementation=implementation)
     batch_ids, batch_mask = padded_batch([8, 3, 5], seed=5)

@@ -37,6 +37,7 @@ def run(model, lengths, seed, settings):
 
 
 @pytest.mark.filterwarnings("ignore:.*learned positions")
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_tokens_and_scores_equal_the_references(model):
     compared, lengths_ended = 0, set()
     for lengths, seed, settings in random_cases(25, seed=34):
@@ -51,6 +52,7 @@ def test_tokens_and_scores_equal_the_references(model):
 
 
 @pytest.mark.filterwarnings("ignore:.*learned positions")
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_sentences_leave_the_batch_when_their_search_ends_and_tokens_stay_the_references(model, monkeypatch):
     """Without return_dict_in_generate and with transformers' own processors, a sentence whose search is over leaves
     the batch (DecoderSteps.select): the tokens are still the reference's, sentence by sentence."""

@@ -90,6 +90,7 @@ print(json.dumps({"backend": matplotlib.get_backend(), "changed": sorted(changed
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_importing_every_module_has_no_side_effects_beyond_registration(tmp_path):
     """Importing the whole package, toolkit included, leaves matplotlib's backend alone and changes nothing on the
     configuration class but what registering it for the Auto classes sets (`_auto_class`)."""

@@ -129,6 +129,7 @@ def reference_logits(model, input_ids, attention_mask, decoder_input_ids):
 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa", "flex_attention"])
 @pytest.mark.parametrize("attention_bias", [False, True])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_logits_equal_torch_nn_transformer(implementation, attention_bias):
     model = tiny_model(seed=1, attention_bias=attention_bias, attn_implementation=implementation)
     if attention_bias:  # non-zero biases, so that a wrong mapping shows

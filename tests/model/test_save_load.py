@@ -111,6 +111,7 @@ REMOTE_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_remote_code_loads_without_the_package(tmp_path):
     model = tiny_model(seed=24)
     model.save_pretrained(tmp_path / "checkpoint")

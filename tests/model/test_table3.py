@@ -164,6 +164,7 @@ def test_attention_with_d_k_and_d_v_apart_from_d_model_over_h(implementation, d_
 @pytest.mark.parametrize("num_beams", [1, 3])
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 @pytest.mark.parametrize("row", [{"d_k": 4, "d_v": 12}, {"position_embedding_type": "learned"}], ids=["B", "E"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_decoding_with_the_caches(num_beams, cache, row):
     """Rows (B): the caches hold keys of d_k and values of d_v; row (E): cached steps look up their positions (a
     static cache counts them in a tensor). Decoding with a cache gives the tokens decoding without one gives."""

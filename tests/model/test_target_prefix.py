@@ -79,6 +79,7 @@ def expected(model, input_ids, attention_mask, prefixes, settings, inner):
 
 
 @pytest.mark.filterwarnings("ignore:.*learned positions")
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_prefixes_start_the_translations_and_the_rest_is_the_references(model):
     compared = prefixed = 0
     for input_ids, attention_mask, prefixes, settings in cases(model, 20, seed=51):
@@ -97,6 +98,7 @@ def test_prefixes_start_the_translations_and_the_rest_is_the_references(model):
 
 
 @pytest.mark.filterwarnings("ignore:.*learned positions")
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_prefixes_follow_their_sentences_as_the_batch_shrinks(model, monkeypatch):
     selected = []
     original = DecoderSteps.select

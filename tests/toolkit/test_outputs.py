@@ -182,6 +182,7 @@ def killed_writer(target, moment):
 
 
 @pytest.mark.parametrize("moment", ["before-rename", "after-setting-aside"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_what_a_killed_writer_leaves_is_undone_by_the_next_run(tmp_path, moment):
     target = written(tmp_path / "model", **{"config.json": "earlier"})
     killed_writer(target, moment)
@@ -369,6 +370,7 @@ STDOUT_WRITER = "from modeling_vaswani.toolkit.outputs import write_text\nwrite_
 
 
 @pytest.mark.parametrize("into", ["pipe", "file"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_dev_stdout_is_written_in_place_into_a_pipe_or_a_file(tmp_path, into):
     if into == "pipe":
         run = subprocess.run([sys.executable, "-c", STDOUT_WRITER], capture_output=True, text=True, env=ENV)
@@ -407,6 +409,7 @@ def holder(target, signal_file, seconds):
     return process
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_second_writer_is_refused_naming_the_first_and_the_first_finishes_whole(tmp_path):
     target = tmp_path / "model"
     first = holder(target, tmp_path / "started", 3)

@@ -44,6 +44,7 @@ def page_faults(mode: str, **environment: str) -> tuple[str, int]:
 
 
 @linux_only
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_freed_memory_is_reused_without_page_faults():
     _, default_faults = page_faults("default")
     applied, kept_faults = page_faults("keep")
@@ -56,12 +57,14 @@ def test_freed_memory_is_reused_without_page_faults():
 
 
 @linux_only
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_process_settings_apply_it():
     applied, faults = page_faults("apply")
     assert applied == "True" and faults <= KEPT_FAULTS
 
 
 @linux_only
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_model_changes_nothing_in_malloc():
     """Importing the package, training a step and generating (greedy and beam) on CPU leave glibc's defaults: every
     64 MiB block is mapped afresh, as in a process that never saw the model."""
@@ -71,12 +74,14 @@ def test_the_model_changes_nothing_in_malloc():
 
 
 @linux_only
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_environment_opts_out():
     applied, faults = page_faults("apply", VASWANI_KEEP_FREED_MEMORY="0")
     assert applied == "False" and faults > FRESH_FAULTS
 
 
 @linux_only
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_glibcs_own_settings_are_left_alone():
     # Only the trim threshold set by the user: the mmap threshold stays glibc's, so every 64 MiB block is mapped
     # afresh. Had the settings applied over the user's, the blocks would come from the heap.

@@ -338,6 +338,7 @@ print(json.dumps({"pairs": len(train), "data": [f["filename"] for f in train.cac
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_second_run_reuses_the_prepared_data_and_an_edited_file_is_prepared_again(tmp_path):
     """What makes a second run on WMT reach its first step in seconds: the loaded pairs, the trained vocabulary and
     the tokenized data come back from the `datasets` cache in a fresh process; an edited corpus is prepared anew."""

@@ -110,6 +110,7 @@ def test_train_without_output_dir_returns_requested_vocab(slice_files):
     assert tokenizer("Two dogs")["input_ids"][-1] == tokenizer.eos_token_id
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_cli_saves_a_loadable_tokenizer(slice_files, tmp_path):
     output_dir = tmp_path / "cli_tokenizer"
     command = [*run_command("train_tokenizer"), "--files", *map(str, slice_files)]

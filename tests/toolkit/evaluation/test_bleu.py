@@ -46,6 +46,7 @@ def perturb(sentences):
     return perturbed
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_loads_and_computes_offline(tmp_path):
     # huggingface_hub reads the offline switches at import, hence a fresh interpreter with an empty cache.
     script = f"""

@@ -43,6 +43,7 @@ def log_probability(model, source: torch.Tensor, output: list[int]) -> float:
 
 
 @pytest.mark.parametrize("paper_decoding", [True, False], ids=["paper", "stock"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_each_score_is_the_log_probability_over_the_length_penalty(paper_decoding):
     model = ending_model()
     ids, mask = padded_batch(LENGTHS, seed=2)

@@ -26,6 +26,7 @@ def one_a_line(loaded, sentences, **options):
 
 
 @pytest.mark.parametrize("batching", [{}, {"max_tokens": 200}, {"batch_size": 3}], ids=["default", "tokens", "3"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_paragraph_translates_as_its_sentences_one_a_line_joined_with_its_spacing(loaded, batching):
     model, tokenizer = loaded
     made = paragraphs(12, most=4)

@@ -132,6 +132,7 @@ def test_a_bad_choice_is_named_before_any_file_is_written(model, tokenizer, tmp_
     assert not (tmp_path / "maps").exists()
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_kernel_that_returns_no_weights_is_named_not_drawn_empty(tokenizer, monkeypatch):
     model = tiny_model(vocab_size=len(tokenizer), attn_implementation="flex_attention")
     target = torch.tensor([[tokenizer.bos_token_id, *tokenizer(TRANSLATION)["input_ids"]]])
@@ -173,6 +174,7 @@ def test_training_curves_without_evaluation_leave_its_panel_out():
         plotting.training_curves_figure([{"train_runtime": 1.0, "step": 0}])
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_importing_and_drawing_leave_the_programs_backend_alone(tmp_path):
     # matplotlib.use("Agg") at import, or pyplot, would switch a program's backend (here svg) behind its back.
     code = (
@@ -200,6 +202,7 @@ def maps_of(outputs) -> dict[str, list[torch.Tensor]]:
     return {kind: list(getattr(outputs, field_name)) for kind, (field_name, _) in plotting.ATTENTION_KINDS.items()}
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_threads_sharing_one_model_get_whole_maps_and_the_same_translations(trained):
     """A server's threads share one model: attention maps and translations asked for at once must each be what a lone
     call gives, and no call may switch the model's attention kernel under the others (it once did, for maps)."""

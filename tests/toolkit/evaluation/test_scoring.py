@@ -43,6 +43,7 @@ def one_token_at_a_time(model, tokenizer, source: str, target: str) -> list[floa
     return log_probs
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_each_token_scores_its_log_probability_given_the_source_and_the_tokens_before(loaded):
     model, tokenizer = loaded
     # Batches of 3 mix lengths: padding on both sides must change nothing.
@@ -82,6 +83,7 @@ def test_bad_pairs_are_refused_before_any_is_scored(loaded):
 run = functools.partial(run_command, score_command)  # run(argv, capsys)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_command_writes_one_line_a_pair_in_input_order(checkpoint, loaded, tmp_path, capsys):
     model, tokenizer = loaded
     (tmp_path / "s.en").write_text("\n".join(SOURCES) + "\n", encoding="utf-8")
@@ -128,6 +130,7 @@ def next_token_log_probs(model, tokenizer, source: str, target: str) -> torch.Te
     return torch.stack(rows)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_an_ensemble_scores_the_renormalized_mean_of_its_models_log_probabilities(loaded, tmp_path):
     model, tokenizer = loaded
     other, _ = load_translator(str(tiny_checkpoint(tmp_path / "seed1", seed=1)))  # the same tokenizer, other weights

@@ -27,6 +27,7 @@ def loaded(tmp_path_factory):
 
 
 @pytest.mark.parametrize("batching", [{}, {"batch_size": 2}], ids=["default", "2"])
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_paragraphs_alignment_is_its_sentences_alignments_moved_by_the_words_before(loaded, batching):
     model, tokenizer = loaded
     made = [item for item in paragraphs(10, most=4, seed=1) if len(item[0]) > 1][:5]

@@ -34,6 +34,7 @@ def loaded(checkpoint):
 run = functools.partial(run_command, translate_command)  # run(argv, capsys)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_token_batches_translate_as_batches_of_one_in_input_order(loaded, checkpoint, tmp_path, capsys):
     model, tokenizer = loaded
     one_by_one = translate(model, tokenizer, SENTENCES, batch_size=1, max_new_tokens=10, progress=False)
@@ -81,6 +82,7 @@ def read_line(process, timeout: float = 120.0) -> str:
     return process.stdout.readline().decode("utf-8").rstrip("\n")
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_pipe_gets_each_translation_before_its_input_ends(loaded, checkpoint):
     model, tokenizer = loaded
     expected = translate(model, tokenizer, SENTENCES[:2], batch_size=1, max_new_tokens=8, progress=False)
@@ -106,6 +108,7 @@ def test_a_pipe_gets_each_translation_before_its_input_ends(loaded, checkpoint):
         process.kill()
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_an_empty_pipe_is_refused(checkpoint):
     result = subprocess.run([*command("translate"), str(checkpoint)], input=b"", capture_output=True, timeout=120)
     assert result.returncode == 2 and result.stdout == b""

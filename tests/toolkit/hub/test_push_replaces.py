@@ -76,6 +76,7 @@ def weight_files(files: list[str]) -> list[str]:
     ],
     ids=["single then sharded", "sharded then single", "three then five shards", "five then three shards"],
 )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_push_over_another_layout_loads_the_new_model_and_deletes_the_old_files_in_its_commit(
     hub_server, hub_env, folders, order
 ):
@@ -120,6 +121,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_push_deletes_every_stale_model_file_and_keeps_the_users_files(hub_server, hub_env, folders):
     out = run_client(OTHERS_FIRST, hub_env, "user/others-first", folders["single"])
     files = set(out["files"])
@@ -129,6 +131,7 @@ def test_a_push_deletes_every_stale_model_file_and_keeps_the_users_files(hub_ser
     assert out["row"] == pytest.approx(first_row(folders["single"]), abs=0)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_branch_push_replaces_the_branchs_model_and_leaves_main(hub_server, hub_env, folders):
     repo_id = "user/layout-branch"
     run_client(PUSH_THEN_LOAD, hub_env, repo_id, "", json.dumps([str(folders["single"])]))
@@ -163,6 +166,7 @@ except HfHubHTTPError as error:
 """
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_push_that_races_another_is_refused_and_changes_nothing(hub_server, hub_env, folders):
     out = run_client(RACED, hub_env, "user/layout-raced", folders["single"])
     assert out["status"] == 412, out

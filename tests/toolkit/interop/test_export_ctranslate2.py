@@ -231,6 +231,7 @@ def export_folder(checkpoint, tmp_path_factory):
 SENTENCES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl."]
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_exported_folder_translates_on_its_own(checkpoint, export_folder, tmp_path):
     moved = tmp_path / "moved"
     shutil.copytree(export_folder, moved)

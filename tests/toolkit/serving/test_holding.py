@@ -126,6 +126,7 @@ def same(answer, expected) -> bool:
     return answer == expected
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_many_rounds_of_many_clients_on_every_endpoint_get_a_lone_clients_answers(server):
     """5 rounds of 24 clients at once, each sending the mixed requests in its own order: all 200, each answer the one
     a lone client got for the same request (`same`). The old server refused 0-49% of such requests with a tokenizer
@@ -149,6 +150,7 @@ def test_many_rounds_of_many_clients_on_every_endpoint_get_a_lone_clients_answer
     assert differing == [], differing[:2]
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_tokenizer_race_in_one_process_and_the_checkers_tokenizers(checkpoint):
     """The race that failed valid requests, reproduced: a fast tokenizer padding batches in one thread (as the worker
     does) while another thread tokenizes texts for their checks with the SAME tokenizer fails ("Unable to create
@@ -333,6 +335,7 @@ def test_keys_are_required_and_never_logged(strict_server):
     assert KEY not in log.read_text() and "x" * 26 not in log.read_text()
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_client_over_its_request_limit_gets_429_with_retry_after(checkpoint, tmp_path):
     with running_server([str(checkpoint), "--rate_limit", "5/minute"], tmp_path / "log") as (url, _):
         answers = [call(f"{url}/translate", {"text": SENTENCES[0]}) for _ in range(7)]
@@ -389,6 +392,7 @@ def test_unknown_paths_and_methods_get_the_error_shape(server):
 # === Operable ========================================================================================================
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_metrics_count_what_was_asked(checkpoint, tmp_path):
     """A fresh server: the counts /metrics gives are those of the requests sent here."""
     with running_server([str(checkpoint)], tmp_path / "log") as (url, _):
@@ -410,6 +414,7 @@ def test_metrics_count_what_was_asked(checkpoint, tmp_path):
     assert re.search(r"^vaswani_queued_requests 0\.0$", text, re.M)
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_access_log_has_a_json_line_a_request(checkpoint, tmp_path):
     log = tmp_path / "log"
     with running_server([str(checkpoint)], log) as (url, _):
@@ -421,6 +426,7 @@ def test_the_access_log_has_a_json_line_a_request(checkpoint, tmp_path):
     assert {"time", "client", "key", "ms", "bytes_in", "bytes_out"} <= set(lines[-1])
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_sigterm_finishes_the_requests_in_flight_and_says_so(checkpoint, tmp_path):
     log = tmp_path / "log"
     model, tokenizer = load_translator(str(checkpoint))
@@ -441,6 +447,7 @@ def test_sigterm_finishes_the_requests_in_flight_and_says_so(checkpoint, tmp_pat
     assert "every request accepted was answered" in output
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_startup_problems_are_refused_before_any_model_loads(tmp_path):
     """One line and exit 2 at once: a port in use (named, although the model folder does not exist either: the
     address is taken first), a port out of range, an address beyond this machine without keys, a short key."""
@@ -498,6 +505,7 @@ def test_slow_bodies_are_cut_off_and_hold_no_place_for_long(strict_server):
     assert status == 200, answer
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_keys_from_a_file_each_have_their_own_request_limit(checkpoint, tmp_path):
     """--api_keys_file (comments and blank lines skipped): each key is a client of its own for --rate_limit, and the
     access log names each by its fingerprint."""

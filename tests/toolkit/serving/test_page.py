@@ -134,6 +134,7 @@ def test_the_page_translates_with_the_chosen_model_and_options(server, browser, 
         assert browser.find_element(By.ID, "status").get_attribute("class") == "error"
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_page_sends_the_key_a_server_asks_for(checkpoint, browser, tmp_path):
     """A server that requires a key: without one the page shows the server's 401 message; with the key typed in,
     the page sends it as a bearer header and shows the translations."""

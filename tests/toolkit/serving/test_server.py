@@ -179,6 +179,7 @@ def test_docs_are_served_without_a_cdn(server):
     assert {"/translate", "/score", "/attention", "/health"} <= set(json.loads(schema)["paths"])
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_concurrent_clients_are_answered_and_batched(server, checkpoint):
     model, tokenizer = load_translator(str(checkpoint))
     sentences = [f"A man number {i} rides a bike." for i in range(50)]

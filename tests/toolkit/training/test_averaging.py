@@ -258,6 +258,7 @@ def averaged_embeddings(folder):
     return load_file(folder / "model.safetensors")["model.shared.weight"]
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_cli_with_training_output_dir(vaswani_checkpoints, tmp_path):
     (first, *_), shared = vaswani_checkpoints
     result = run_script("--output_dir_of_training", first.parent, "--last", 2, "--output", tmp_path / "last2")

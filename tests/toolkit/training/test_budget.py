@@ -113,6 +113,7 @@ def budgeted_trainer(checkpoint, output_dir, examples: int, **settings) -> Vaswa
     )  # fmt: skip
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint, tmp_path, caplog):
     """18 seconds on this machine: the plan is made from measured steps, the run ends exactly at the planned step
     (the clock, a guard, does not cut it), the last checkpoint is that step, and the warmup, save and evaluation

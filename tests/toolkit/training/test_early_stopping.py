@@ -51,6 +51,7 @@ def test_early_stopping_without_evaluations_is_refused(tmp_path):
         )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_the_recipe_keeps_the_best_checkpoint_beside_the_average_and_scores_both(checkpoint, tmp_path, capsys):
     """vaswani-train --early_stopping_patience on the shipped data: an untrained model's validation sacreBLEU does not
     improve on its first, so training stops at the second evaluation; the best is step 2's checkpoint."""
