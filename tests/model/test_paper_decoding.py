@@ -23,8 +23,6 @@ from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniTranslation
 from modeling_vaswani.decoding_vaswani import DecoderSteps
 from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tiny models: tests/conftest.py
-
 
 @pytest.fixture(scope="module", params=list(MODELS))
 def model(request):

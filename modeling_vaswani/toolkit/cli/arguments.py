@@ -96,6 +96,17 @@ def add_batch_arguments(
     )
 
 
+def add_models_argument(parser: argparse.ArgumentParser, together: str) -> None:
+    """The positional model(s) of translating and scoring: one or more checkpoints; `together` says what several
+    sharing a tokenizer do."""
+    parser.add_argument(
+        "model",
+        nargs="+",
+        help="checkpoint folder or Hub id (with its tokenizer), or an exported folder; several checkpoints that share "
+        f"a tokenizer {together}",
+    )
+
+
 def add_model_arguments(parser: argparse.ArgumentParser, from_hub: bool = True) -> None:
     """--max_input_tokens and --engine, as translating, evaluating and scoring take them; `from_hub`: also --revision
     and --trust_remote_code."""

@@ -23,6 +23,7 @@ from ..serving.engines import load_ensemble
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,
+    add_models_argument,
     check_models,
     check_output_path,
     read_input,
@@ -33,12 +34,7 @@ from .shell import command
 
 def parse_arguments(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "model",
-        nargs="+",
-        help="checkpoint folder or Hub id (with its tokenizer), or an exported folder; several checkpoints that share "
-        "a tokenizer score as an ensemble, as vaswani-translate decodes with them",
-    )
+    add_models_argument(parser, "score as an ensemble, as vaswani-translate decodes with them")
     parser.add_argument("--source", required=True, help="source sentences, one a line")
     parser.add_argument("--target", required=True, help="their translations to score, one a line")
     parser.add_argument("--output", help="where to write the scores (default: standard output)")

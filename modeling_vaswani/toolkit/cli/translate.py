@@ -75,6 +75,7 @@ from ..serving.engines import load_ensemble, runs_on_ctranslate2
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,
+    add_models_argument,
     check_models,
     check_output_path,
     positive_int,
@@ -86,12 +87,7 @@ from .shell import command
 
 def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namespace]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "model",
-        nargs="+",
-        help="checkpoint folder or Hub id (with its tokenizer), or an exported folder; several checkpoints that share "
-        "a tokenizer decode as an ensemble (their log-probabilities averaged at each step)",
-    )
+    add_models_argument(parser, "decode as an ensemble (their log-probabilities averaged at each step)")
     parser.add_argument("--input", help="text file, a paragraph or sentence a line (default: standard input)")
     parser.add_argument("--output", help="where to write the translations (default: standard output)")
     add_batch_arguments(parser)

@@ -53,7 +53,7 @@ class TokenBudgetBatchSampler(Sampler[list[int]]):
         self._source = _as_lengths(source_lengths, "source_lengths")
         self._target = _as_lengths(target_lengths, "target_lengths")
         _check_arguments(self._source, self._target, max_tokens, seed, num_replicas, rank)
-        _check_fits(self._source, self._target, max_tokens)
+        refuse_too_long(self._source, self._target, max_tokens)
         self.max_tokens = max_tokens
         self.shuffle = shuffle
         self.seed = seed
@@ -122,21 +122,6 @@ def _check_arguments(source: np.ndarray, target: np.ndarray, max_tokens: int, se
         raise ValueError(f"rank must be in [0, {replicas - 1}] for num_replicas={replicas}, got {rank}")
 
 
-def _check_fits(source: np.ndarray, target: np.ndarray, max_tokens: int) -> None:
-    # Dropping such examples silently would change the training data behind the user's back.
-    too_long = _too_long(source, target, max_tokens)
-    if too_long.size:
-        index, more, every = too_long[0], too_long.size - 1, _fits_all(source, target, too_long)
-        raise ValueError(
-            f"example {index + 1} (counted from 1; source length {source[index]}, target length {target[index]}) "
-            f"alone exceeds max_tokens={max_tokens}, the padded tokens a batch may hold on each side"
-            + (f"; {more} more example(s) do too" if more else "")
-            + f". Expected max_tokens >= {max(source[index], target[index])}"
-            + (f" ({every} for all of them)" if more else "")
-            + ", or the longer pairs dropped (max_length)"
-        )
-
-
 def _too_long(source: np.ndarray, target: np.ndarray, max_tokens: int, max_length: int | None = None) -> np.ndarray:
     """Indices of the examples longer than `max_tokens` on either side, leaving out those longer than `max_length`
     (which a length filter drops)."""
@@ -182,6 +167,12 @@ def check_examples_fit(
     if max_tokens <= 0:
         raise ValueError(f"max_tokens must be > 0, got {max_tokens}")
     source, target = dataset_lengths(dataset, source_column, target_column)
+    refuse_too_long(source, target, max_tokens, max_length, name_example)
+
+
+def refuse_too_long(source, target, max_tokens: int, max_length=None, name_example=None) -> None:
+    """Refuses the first example (by `name_example(index)`, else its index from 1) whose token counts `source`,
+    `target` (numpy arrays, </s> included) exceed `max_tokens` on a side, leaving out those over `max_length`."""
     too_long = _too_long(source, target, max_tokens, max_length)
     if not too_long.size:
         return

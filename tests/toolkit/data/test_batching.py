@@ -103,8 +103,8 @@ def test_without_shuffle_batches_come_shortest_first_and_ignore_epoch():
 def test_example_longer_than_budget_is_an_error_naming_it():
     with pytest.raises(
         ValueError,
-        match=r"example 3 \(counted from 1; source length 4, target length 51\) alone exceeds max_tokens=50.*"
-        r"Expected max_tokens >= 51, or the longer pairs dropped \(max_length\)",
+        match=r"training example 3 \(counted from 1\) has 4 source and 51 target tokens \(</s> included\), more than "
+        r"--max_tokens 50 .*Expected --max_tokens >= 51, or --max_length 50 to drop the pairs longer than the budget",
     ):
         TokenBudgetBatchSampler([3, 4, 4], [3, 4, 51], max_tokens=50)
 
