@@ -140,3 +140,81 @@ class EnsembleSteps:
     def reorder(self, beam_idx: torch.Tensor) -> None:
         for member in self.members:
             member.reorder(beam_idx)
+
+
+# === Lexical constraints =============================================================================================
+# Dynamic beam allocation, Post and Vilar 2018 ("Fast Lexically Constrained Decoding with Dynamic Beam Allocation for
+# Neural Machine Translation", NAACL), for phrases met in any order as Hu et al. 2019 track them (a hypothesis's
+# progress through the phrases it may be writing). Written by hand: no library on the registry offers it for a
+# search it does not own.
+
+
+class Progress(tuple):
+    """Where one hypothesis stands against its sentence's phrases: `met`, a bitmask of the phrases it has written
+    whole, and `partial`, the (phrase, tokens matched) pairs its last tokens have begun (all of one length)."""
+
+    __slots__ = ()
+
+    def __new__(cls, met: int = 0, partial: tuple = ()):
+        return super().__new__(cls, (met, partial))
+
+    @property
+    def met(self) -> int:
+        return self[0]
+
+    @property
+    def partial(self) -> tuple:
+        return self[1]
+
+
+def advance(phrases: list[list[int]], progress: Progress, token: int) -> Progress:
+    """`progress` after `token`: a begun phrase whose next token it is goes on (and is met when it ends); if none does,
+    the begun phrases are abandoned and `token` may begin unmet ones afresh (Hu et al.'s reset to the trie's root)."""
+    met = progress.met
+    going = tuple((i, matched + 1) for i, matched in progress.partial if phrases[i][matched] == token)
+    if not going:
+        going = tuple((i, 1) for i, phrase in enumerate(phrases) if not met >> i & 1 and phrase[0] == token)
+    done = [i for i, matched in going if matched == len(phrases[i])]
+    if done:
+        return Progress(met | 1 << done[0], ())
+    return Progress(met, going)
+
+
+def met_tokens(phrases: list[list[int]], progress: Progress) -> int:
+    """The constraint tokens a hypothesis has written: its bank in dynamic beam allocation."""
+    whole = sum(len(phrase) for i, phrase in enumerate(phrases) if progress.met >> i & 1)
+    return whole + max((matched for _, matched in progress.partial), default=0)
+
+
+def is_satisfied(phrases: list[list[int]], progress: Progress) -> bool:
+    return progress.met == (1 << len(phrases)) - 1
+
+
+def advancing_tokens(phrases: list[list[int]], progress: Progress) -> set[int]:
+    """The tokens that take a hypothesis further through its phrases: the next of each begun one, and the first of
+    each unmet one."""
+    tokens = {phrases[i][matched] for i, matched in progress.partial}
+    tokens.update(phrase[0] for i, phrase in enumerate(phrases) if not progress.met >> i & 1)
+    return tokens
+
+
+def allocate(scores: list[float], banks: list[int], k: int, top_bank: int) -> list[int]:
+    """Post and Vilar's dynamic beam allocation: the k candidates that live on, chosen among `scores` (log P) by
+    bank (`banks`: constraint tokens met, 0 to `top_bank`). Each bank gets k // (top_bank + 1) places, the highest
+    banks one more while k's remainder lasts; a bank's places go to its likeliest candidates, and places a bank cannot
+    fill go to the next likeliest of the other banks, highest bank first, in turns. Returns the indices chosen,
+    likeliest first."""
+    by_bank: dict[int, list[int]] = {}
+    for index in sorted(range(len(scores)), key=lambda i: -scores[i]):
+        by_bank.setdefault(banks[index], []).append(index)
+    places = [k // (top_bank + 1) + (bank > top_bank - k % (top_bank + 1)) for bank in range(top_bank + 1)]
+    chosen = []
+    for bank in range(top_bank, -1, -1):
+        taken = by_bank.get(bank, [])[: places[bank]]
+        chosen += taken
+        by_bank[bank] = by_bank.get(bank, [])[len(taken) :]
+    while len(chosen) < k and any(by_bank.values()):
+        for bank in range(top_bank, -1, -1):
+            if len(chosen) < k and by_bank.get(bank):
+                chosen.append(by_bank[bank].pop(0))
+    return sorted(chosen, key=lambda i: -scores[i])
