@@ -26,8 +26,16 @@ from transformers.generation import (
     StoppingCriteriaList,
 )
 
-from .decoding_vaswani import DecoderSteps, Recorder, default_synced_gpus, greedy_search, may_shrink
-from .guidance_vaswani import EnsembleSteps, check_ensemble, check_target_prefix, is_int, with_target_prefix
+from .decoding_vaswani import DecoderSteps, Recorder, default_synced_gpus, eos_token_ids, greedy_search, may_shrink
+from .guidance_vaswani import (
+    EnsembleSteps,
+    LexicalConstraints,
+    check_constraints,
+    check_ensemble,
+    check_target_prefix,
+    is_int,
+    with_target_prefix,
+)
 from .search_vaswani import MaxLengthPerSentence, beam_search, sentence_limits
 
 
@@ -186,6 +194,7 @@ def paper_search(
     streamer=None,
     ensemble: tuple = (),
     source: tuple = (None, None),
+    constraints: list | None = None,
     **model_kwargs,
 ):
     """Section 6.1's search, as `generate(custom_generate=paper_search)` calls it (`generate(paper_decoding=True)`
@@ -212,6 +221,12 @@ def paper_search(
         steps = EnsembleSteps.of(steps, list(ensemble), *source)
     recorder = Recorder(generation_config, steps.encoder_outputs)
     shrinks = may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus, streamer)
+    if constraints is not None:  # the search that can allocate its beam, with one beam too
+        found = LexicalConstraints(constraints, generation_config.num_beams, eos_token_ids(generation_config))
+        return beam_search(
+            input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, shrinks,
+            found,
+        )  # fmt: skip
     if generation_config.num_beams > 1:
         if streamer is not None:
             raise ValueError(
@@ -268,6 +283,12 @@ class VaswaniGenerationMixin(GenerationMixin):
             attention_mask = input_ids.ne(self.config.pad_token_id)
         target_prefix = kwargs.pop("target_prefix", None)
         ensemble = check_ensemble(self, kwargs.pop("ensemble", None), paper_decoding)
+        constraints = kwargs.pop("constraints", None)
+        if constraints is not None and not paper_decoding:
+            raise ValueError(
+                "constraints need paper_decoding=True: transformers 5 removed its constrained beam search, and this "
+                "package's own search (Section 6.1's) is the one that meets them"
+            )
         if not paper_decoding:
             if target_prefix is not None:
                 new_tokens = stock_output_length(settings["max_new_tokens"], settings["max_length"])
@@ -283,9 +304,12 @@ class VaswaniGenerationMixin(GenerationMixin):
                 raise ValueError(f"paper_decoding runs its own search; got {other_search}={shown} as well")
         kwargs.pop("max_new_tokens", None), kwargs.pop("max_length", None)  # caps resolved as generate() resolves them
         limits = sentence_limits(self.config, attention_mask, settings["max_new_tokens"], settings["max_length"])
+        prefixes = None
         if target_prefix is not None:
             prefixes = check_target_prefix(target_prefix, self.config.vocab_size, (limits - 1).tolist())
             with_target_prefix(kwargs, prefixes, self.device)
+        if constraints is not None:
+            constraints = check_constraints(constraints, self.config.vocab_size, (limits - 1).tolist(), prefixes)
 
         kwargs.pop("length_penalty", None)
         kwargs["num_beams"] = settings["num_beams"]
@@ -304,6 +328,7 @@ class VaswaniGenerationMixin(GenerationMixin):
             streamer=kwargs.get("streamer"),
             ensemble=ensemble,
             source=(input_ids, attention_mask),
+            constraints=constraints,
         )
         return super().generate(
             *args, max_new_tokens=int(limits.max()) - 1, stopping_criteria=criteria, custom_generate=search, **kwargs

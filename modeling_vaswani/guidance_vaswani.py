@@ -73,6 +73,42 @@ def check_target_prefix(target_prefix, vocab_size: int, room: list[int]) -> list
     return [list(prefix) for prefix in target_prefix]
 
 
+def check_constraints(constraints, vocab_size: int, room: list[int], prefixes=None) -> list[list[list[int]]]:
+    """Refuses `constraints` that are not one list of phrases per sentence (each phrase a non-empty list of token ids
+    of the vocabulary; an empty list for a sentence without any), or whose tokens, with the sentence's target prefix,
+    are more than its `room` of new tokens holds. Each error names the sentence and the phrase."""
+    if not isinstance(constraints, (list, tuple)) or len(constraints) != len(room):
+        shown = f"{len(constraints)} entries" if isinstance(constraints, (list, tuple)) else repr(constraints)
+        raise ValueError(
+            f"constraints has {shown}; expected a list of {len(room)} lists of phrases, one per sentence (each phrase "
+            "a list of token ids; an empty list for a sentence without any)"
+        )
+    checked = []
+    for number, (phrases, limit) in enumerate(zip(constraints, room, strict=True)):
+        if not isinstance(phrases, (list, tuple)):
+            raise ValueError(f"constraints[{number}] is {phrases!r}; expected a list of phrases (lists of token ids)")
+        for place, phrase in enumerate(phrases):
+            if not isinstance(phrase, (list, tuple)) or not phrase:
+                raise ValueError(
+                    f"constraints[{number}][{place}] is {phrase!r}; expected a non-empty list of token ids"
+                )
+            if not all(is_int(t) and 0 <= t < vocab_size for t in phrase):
+                raise ValueError(
+                    f"constraints[{number}][{place}] is {list(phrase)!r}; expected token ids from 0 to "
+                    f"{vocab_size - 1}"
+                )
+        prefix = len(prefixes[number]) if prefixes is not None else 0
+        if phrases and sum(map(len, phrases)) + prefix > limit:
+            raise ValueError(
+                f"constraints[{number}] hold {sum(map(len, phrases))} tokens (phrases {[list(p) for p in phrases]})"
+                + (f" and its target prefix {prefix}" if prefix else "")
+                + f"; sentence {number} may generate {limit}: expected fewer constraint tokens than its length limit "
+                "leaves room for"
+            )
+        checked.append([list(phrase) for phrase in phrases])
+    return checked
+
+
 def check_ensemble(model, ensemble, paper_decoding: bool) -> tuple:
     """The other models of an ensemble, refused unless the paper's decoding (this package's own loop) runs them and
     they read and write the same token ids as `model` (a vocabulary of the same size and the same special ids; the
@@ -218,3 +254,95 @@ def allocate(scores: list[float], banks: list[int], k: int, top_bank: int) -> li
             if len(chosen) < k and by_bank.get(bank):
                 chosen.append(by_bank[bank].pop(0))
     return sorted(chosen, key=lambda i: -scores[i])
+
+
+class LexicalConstraints(FollowsTheBatch):
+    """Phrases each sentence's translation must hold (each at least once, in any order), and where each live
+    hypothesis of the search stands against them. The beam search (search_vaswani.beam_search) asks it, at each step,
+    to rule out ending for hypotheses that have not met all their phrases (`forbid_unready_ends`), to widen the
+    candidates with each hypothesis's best token and the tokens that take it further (`widen`), and to choose the
+    k that live on by dynamic beam allocation (`choose`)."""
+
+    def __init__(self, phrases: list[list[list[int]]], k: int, eos_token_ids: list[int]):
+        self.phrases = phrases
+        self.progress = [[Progress()] * k for _ in phrases]
+        self.eos_token_ids = eos_token_ids
+
+    def select(self, sentences: torch.Tensor) -> None:
+        kept = sentences.tolist()
+        self.phrases = [self.phrases[s] for s in kept]
+        self.progress = [self.progress[s] for s in kept]
+
+    def forbid_unready_ends(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """`log_probs` (a row per hypothesis) with the end of sentence at -inf where a hypothesis's phrases are not all
+        met: it may end only by its length limit."""
+        k = len(self.progress[0]) if self.progress else 1
+        unready = [
+            s * k + j
+            for s, (phrases, states) in enumerate(zip(self.phrases, self.progress, strict=True))
+            for j, progress in enumerate(states)
+            if not is_satisfied(phrases, progress)
+        ]
+        if unready:
+            rows = torch.tensor(unready, device=log_probs.device)
+            ends = torch.tensor(self.eos_token_ids, device=log_probs.device)
+            log_probs[rows[:, None], ends[None, :]] = -math.inf
+        return log_probs
+
+    def widen(self, log_probs, running_scores, chosen_scores, beam, token, excluded: float):
+        """The step's candidates (beam_step's, log P, beam and token, a row per sentence), followed by each live
+        hypothesis's likeliest token and every token that takes it further through its phrases (Post and Vilar's
+        three sources), those already there left out; rows padded with `excluded`."""
+        searching, k = running_scores.shape
+        totals = log_probs.view(searching, k, -1) + running_scores[:, :, None]
+        best = totals.argmax(dim=-1).tolist()
+        extra_scores, extra_beams, extra_tokens = [], [], []
+        for s in range(searching):
+            seen = set(zip(beam[s].tolist(), token[s].tolist(), strict=True))
+            row = []
+            for j in range(k):
+                if running_scores[s, j] <= excluded / 2:  # a copy of the start, not yet a hypothesis
+                    continue
+                for t in sorted({best[s][j], *advancing_tokens(self.phrases[s], self.progress[s][j])}):
+                    if (j, t) not in seen:
+                        seen.add((j, t))
+                        row.append((j, t))
+            extra_beams.append([j for j, _ in row])
+            extra_tokens.append([t for _, t in row])
+            extra_scores.append([float(totals[s, j, t]) for j, t in row])
+        width = max(map(len, extra_beams))
+        if not width:
+            return chosen_scores, beam, token
+        pad = lambda rows, value: [row + [value] * (width - len(row)) for row in rows]  # noqa: E731
+        device = chosen_scores.device
+        return (
+            torch.cat([chosen_scores, torch.tensor(pad(extra_scores, excluded), device=device)], dim=1),
+            torch.cat([beam, torch.tensor(pad(extra_beams, 0), device=device)], dim=1),
+            torch.cat([token, torch.tensor(pad(extra_tokens, 0), device=device)], dim=1),
+        )
+
+    def candidates_progress(self, beam: torch.Tensor, token: torch.Tensor) -> list[list[Progress]]:
+        return [
+            [advance(self.phrases[s], self.progress[s][j], t) for j, t in zip(beams, tokens, strict=True)]
+            for s, (beams, tokens) in enumerate(zip(beam.tolist(), token.tolist(), strict=True))
+        ]
+
+    def satisfied(self, progress: list[list[Progress]], device) -> torch.Tensor:
+        """Whether each candidate has met all its sentence's phrases."""
+        return torch.tensor(
+            [[is_satisfied(self.phrases[s], p) for p in row] for s, row in enumerate(progress)], device=device
+        )
+
+    def choose(self, live_scores: torch.Tensor, progress: list[list[Progress]], k: int, excluded: float):
+        """The k candidates of each sentence that live on (`allocate` among those that may: not ended, not a start's
+        copy), their progress kept for the next step."""
+        keep = []
+        for s, (scores, states) in enumerate(zip(live_scores.tolist(), progress, strict=True)):
+            top_bank = sum(map(len, self.phrases[s]))
+            valid = [i for i, score in enumerate(scores) if score > excluded / 2]
+            banks = [min(met_tokens(self.phrases[s], states[i]), top_bank) for i in valid]
+            chosen = [valid[i] for i in allocate([scores[i] for i in valid], banks, k, top_bank)]
+            chosen += sorted(set(range(len(scores))) - set(chosen), key=lambda i: -scores[i])[: k - len(chosen)]
+            keep.append(chosen)
+            self.progress[s] = [states[i] for i in chosen]
+        return torch.tensor(keep, device=live_scores.device)

@@ -22,6 +22,9 @@ logger = logging.get_logger(__name__)
 # What transformers' beam search gives a hypothesis that may not be chosen; kept so that scores and tokens are the same
 # as those of the beam search this loop replaced.
 EXCLUDED = -1.0e9
+# What a finished hypothesis missing a phrase of its constraints loses in rank (not in score): any that holds them all
+# ranks above it, and it above none.
+UNSATISFIED = -1.0e6
 
 
 def gnmt_length_penalty(length: int | torch.Tensor, alpha: float) -> float | torch.Tensor:
@@ -103,7 +106,9 @@ def beam_step(log_probs: torch.Tensor, running_scores: torch.Tensor, candidates:
     return chosen_scores, chosen // vocab_size, chosen % vocab_size
 
 
-def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, shrinks):
+def beam_search(
+    input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, shrinks, constraints=None
+):
     """Section 6.1's beam search: k = `num_beams` live hypotheses per sentence; a finished one (ended by an
     end-of-sentence token or a stopping criterion, such as the length limit) scores log P(Y|X) / lp(Y), GNMT's
     penalty with alpha = `length_penalty`, |Y| counting its end token.
@@ -119,13 +124,17 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
 
     Where `shrinks`, a sentence whose search has ended leaves the batch (as in CTranslate2): its finished hypotheses
     are final by then, and the steps after compute only the sentences still searching.
+
+    `constraints` (guidance_vaswani.LexicalConstraints): phrases each translation must hold. Then a hypothesis may end
+    only once it holds them all (or at its length limit), the candidates widen, the k that live on are chosen by
+    dynamic beam allocation (Post and Vilar 2018), and finished hypotheses that hold them all rank above those that do
+    not (which only a length limit ends).
     """
     k = config.num_beams
     sentences, cur_len = input_ids.shape[0] // k, input_ids.shape[1]
     prompt_len, max_length, alpha = cur_len, config.max_length, config.length_penalty
     device = input_ids.device
     candidates = max(2, 1 + len(eos_token_ids(config))) * k  # enough for k live ones if k of them finish
-    among_first_k = torch.arange(candidates, device=device) < k
     stops_when_full = config.early_stopping is True  # k finished hypotheses end a sentence, better or not
 
     running = torch.full((sentences, k, max_length), fill_token_id(config), dtype=torch.int64, device=device)
@@ -136,6 +145,7 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
     running_scores[:, 1:] = EXCLUDED
     finished_scores = torch.full((sentences, k), EXCLUDED, dtype=torch.float, device=device)
     is_finished = torch.zeros((sentences, k), dtype=torch.bool, device=device)
+    finished_ok = torch.ones((sentences, k), dtype=torch.bool, device=device)  # holds its constraints' phrases
     can_improve = torch.ones((sentences, 1), dtype=torch.bool, device=device)
     # Per hypothesis and step, the row (sentence * k + beam) it continued: `beam_indices` of generate's output.
     running_origins = torch.full((sentences, k, max_length - cur_len), -1, dtype=torch.int32, device=device)
@@ -156,46 +166,64 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
             continue  # forward only, in step with the other processes
         logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
         log_probs = logits_processor(hypotheses, nn.functional.log_softmax(logits, dim=-1))
+        if constraints is not None:
+            log_probs = constraints.forbid_unready_ends(log_probs)
         recorder.add(outputs, logits, log_probs)
         del outputs
 
         # The 2k likeliest continuations of each sentence, over all its beams.
         searching = running.shape[0]
         chosen_scores, beam, token = beam_step(log_probs, running_scores, candidates, config.do_sample)
+        if constraints is not None:
+            chosen_scores, beam, token = constraints.widen(
+                log_probs, running_scores, chosen_scores, beam, token, EXCLUDED
+            )
+            progress = constraints.candidates_progress(beam, token)
         extended = gather_beams(running, beam)
         extended[:, :, cur_len] = token
         extended_origins = gather_beams(running_origins, beam)
         extended_origins[:, :, cur_len - prompt_len] = beam + active[:, None] * k
-        ends = stopping_criteria(extended[:, :, : cur_len + 1].reshape(searching * candidates, -1), recorder.scores)
-        ends = ends.view(searching, candidates)
+        width = chosen_scores.shape[1]  # 2k, or more with constraints
+        ends = stopping_criteria(extended[:, :, : cur_len + 1].reshape(searching * width, -1), recorder.scores)
+        ends = ends.view(searching, width)
 
-        # The k likeliest that do not end live on.
+        # The k likeliest that do not end live on (with constraints, k chosen by dynamic beam allocation).
         live_scores = chosen_scores + ends.to(torch.float32) * EXCLUDED
-        keep = torch.topk(live_scores, k=k)[1]
+        if constraints is None:
+            keep = torch.topk(live_scores, k=k)[1]
+        else:
+            keep = constraints.choose(live_scores, progress, k, EXCLUDED)
         running = gather_beams(extended, keep)
         running_scores = gather_beams(live_scores, keep)
         running_origins = gather_beams(extended_origins, keep)
 
         # Those of the first k that end compete, by GNMT's score, with the sentence's k best finished ones.
-        finish_now = ends & among_first_k[None, :]
+        finish_now = ends & (torch.arange(width, device=device) < k)[None, :]
         finish_scores = chosen_scores / gnmt_length_penalty(cur_len + 1 - prompt_len, alpha)
         finish_scores += (torch.all(is_finished, dim=-1, keepdim=True) & stops_when_full).to(torch.float32) * EXCLUDED
         finish_scores += (~can_improve).to(torch.float32) * EXCLUDED
         finish_scores += (~finish_now) * EXCLUDED
-        best = torch.topk(torch.cat((finished_scores, finish_scores), dim=1), k=k)[1]
+        ranks = torch.cat((finished_scores, finish_scores), dim=1)
+        if constraints is not None:  # those holding every phrase first
+            finish_ok = constraints.satisfied(progress, device)
+            ranks = ranks + (~torch.cat((finished_ok, finish_ok), dim=1)) * UNSATISFIED
+        best = torch.topk(ranks, k=k)[1]
         finished = gather_beams(torch.cat((finished, extended), dim=1), best)
         finished_scores = gather_beams(torch.cat((finished_scores, finish_scores), dim=1), best)
         finished_origins = gather_beams(torch.cat((finished_origins, extended_origins), dim=1), best)
         is_finished = gather_beams(torch.cat((is_finished, finish_now), dim=1), best)
+        if constraints is not None:
+            finished_ok = gather_beams(torch.cat((finished_ok, finish_ok), dim=1), best)
 
         # The cache follows the chosen beams: rows numbered in the batch as it is now.
         steps.reorder((torch.arange(searching, device=device)[:, None] * k + gather_beams(beam, keep)).flatten())
         cur_len += 1
 
         best_reachable = running_scores[:, :1] / best_reachable_penalty
-        worst_finished = torch.where(is_finished, torch.min(finished_scores, dim=1, keepdim=True)[0], EXCLUDED)
+        counted = is_finished if constraints is None else is_finished & finished_ok  # a miss beats no live one
+        worst_finished = torch.where(counted, torch.min(finished_scores, dim=1, keepdim=True)[0], EXCLUDED)
         can_improve = can_improve & torch.any(best_reachable > worst_finished, dim=-1, keepdim=True)
-        full = torch.all(is_finished, dim=1) & stops_when_full
+        full = torch.all(counted, dim=1) & stops_when_full
         if not shrinks:
             done = not (bool(torch.any(can_improve)) and not bool(torch.all(full)) and not bool(torch.all(ends)))
             continue
@@ -213,10 +241,12 @@ def beam_search(input_ids, logits_processor, stopping_criteria, config, steps, r
         if done:
             break
         leave_batch(kept, k, steps, stopping_criteria, logits_processor)
+        if constraints is not None:
+            constraints.select(kept)
         active = active[kept]
         running, running_scores, running_origins = running[kept], running_scores[kept], running_origins[kept]
         finished, finished_scores, finished_origins = finished[kept], finished_scores[kept], finished_origins[kept]
-        is_finished, can_improve = is_finished[kept], can_improve[kept]
+        is_finished, can_improve, finished_ok = is_finished[kept], can_improve[kept], finished_ok[kept]
         if best_reachable_penalty.shape[0] > 1:
             best_reachable_penalty = best_reachable_penalty[kept]
 
