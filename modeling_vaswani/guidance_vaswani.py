@@ -180,14 +180,14 @@ class EnsembleSteps:
 
 # === Lexical constraints =============================================================================================
 # Dynamic beam allocation, Post and Vilar 2018 ("Fast Lexically Constrained Decoding with Dynamic Beam Allocation for
-# Neural Machine Translation", NAACL), for phrases met in any order as Hu et al. 2019 track them (a hypothesis's
-# progress through the phrases it may be writing). Written by hand: no library on the registry offers it for a
-# search it does not own.
+# Neural Machine Translation", NAACL), for phrases met in any order, each hypothesis's progress tracked through the
+# phrases it may be writing as Hu et al. 2019 track it (their trie, here as the set of begun phrases). Written by hand:
+# no library on the registry offers it for a search it does not own.
 
 
 class Progress(tuple):
     """Where one hypothesis stands against its sentence's phrases: `met`, a bitmask of the phrases it has written
-    whole, and `partial`, the (phrase, tokens matched) pairs its last tokens have begun (all of one length)."""
+    whole, and `partial`, the (phrase, tokens matched) pairs its last tokens have begun."""
 
     __slots__ = ()
 
@@ -204,16 +204,16 @@ class Progress(tuple):
 
 
 def advance(phrases: list[list[int]], progress: Progress, token: int) -> Progress:
-    """`progress` after `token`: a begun phrase whose next token it is goes on (and is met when it ends); if none does,
-    the begun phrases are abandoned and `token` may begin unmet ones afresh (Hu et al.'s reset to the trie's root)."""
+    """`progress` after `token`: every begun phrase whose next token it is goes on, and `token` begins every unmet
+    phrase it starts; a phrase is met once it has gone on to its end. So `partial` holds every ending of the hypothesis
+    that begins an unmet phrase, and a phrase is met exactly when the hypothesis holds it somewhere, whole."""
+    going = {(i, matched + 1) for i, matched in progress.partial if phrases[i][matched] == token}
+    going |= {(i, 1) for i, phrase in enumerate(phrases) if not progress.met >> i & 1 and phrase[0] == token}
     met = progress.met
-    going = tuple((i, matched + 1) for i, matched in progress.partial if phrases[i][matched] == token)
-    if not going:
-        going = tuple((i, 1) for i, phrase in enumerate(phrases) if not met >> i & 1 and phrase[0] == token)
-    done = [i for i, matched in going if matched == len(phrases[i])]
-    if done:
-        return Progress(met | 1 << done[0], ())
-    return Progress(met, going)
+    for i, matched in going:
+        if matched == len(phrases[i]):
+            met |= 1 << i
+    return Progress(met, tuple(sorted((i, m) for i, m in going if not met >> i & 1)))
 
 
 def met_tokens(phrases: list[list[int]], progress: Progress) -> int:
