@@ -12,6 +12,7 @@ calls the model's forward and reorders the cache through public methods only. tr
 finished hypotheses by log P(Y|X) / |Y|^alpha, and none of its public hooks can change that into GNMT's ranking.
 """
 
+import copy
 import functools
 import math
 import numbers
@@ -195,6 +196,7 @@ def paper_search(
     ensemble: tuple = (),
     source: tuple = (None, None),
     constraints: list | None = None,
+    ranking_alpha: float | None = None,
     **model_kwargs,
 ):
     """Section 6.1's search, as `generate(custom_generate=paper_search)` calls it (`generate(paper_decoding=True)`
@@ -222,6 +224,9 @@ def paper_search(
     recorder = Recorder(generation_config, steps.encoder_outputs)
     shrinks = may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus, streamer)
     if constraints is not None:  # the search that can allocate its beam, with one beam too
+        if generation_config.num_beams == 1:  # it ranks finished hypotheses, which generate() gives greedy search none
+            generation_config = copy.deepcopy(generation_config)
+            generation_config.length_penalty = ranking_alpha
         found = LexicalConstraints(constraints, generation_config.num_beams, eos_token_ids(generation_config))
         return beam_search(
             input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, shrinks,
@@ -329,6 +334,8 @@ class VaswaniGenerationMixin(GenerationMixin):
             ensemble=ensemble,
             source=(input_ids, attention_mask),
             constraints=constraints,
+            # Not named length_penalty: generate() hands a custom_generate callable the arguments its signature names
+            ranking_alpha=settings["length_penalty"],
         )
         return super().generate(
             *args, max_new_tokens=int(limits.max()) - 1, stopping_criteria=criteria, custom_generate=search, **kwargs

@@ -327,6 +327,10 @@ class LexicalConstraints(FollowsTheBatch):
             for s, (beams, tokens) in enumerate(zip(beam.tolist(), token.tolist(), strict=True))
         ]
 
+    def bound(self, device) -> torch.Tensor:
+        """Whether each sentence has phrases to hold."""
+        return torch.tensor([bool(phrases) for phrases in self.phrases], device=device)
+
     def satisfied(self, progress: list[list[Progress]], device) -> torch.Tensor:
         """Whether each candidate has met all its sentence's phrases."""
         return torch.tensor(

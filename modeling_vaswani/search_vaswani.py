@@ -199,13 +199,15 @@ def beam_search(
 
         # Those of the first k that end compete, by GNMT's score, with the sentence's k best finished ones.
         finish_now = ends & (torch.arange(width, device=device) < k)[None, :]
+        if constraints is not None:  # and, where a sentence has phrases, every candidate that ends holding them all
+            finish_ok = constraints.satisfied(progress, device)
+            finish_now |= ends & finish_ok & constraints.bound(device)[:, None]
         finish_scores = chosen_scores / gnmt_length_penalty(cur_len + 1 - prompt_len, alpha)
         finish_scores += (torch.all(is_finished, dim=-1, keepdim=True) & stops_when_full).to(torch.float32) * EXCLUDED
         finish_scores += (~can_improve).to(torch.float32) * EXCLUDED
         finish_scores += (~finish_now) * EXCLUDED
         ranks = torch.cat((finished_scores, finish_scores), dim=1)
         if constraints is not None:  # those holding every phrase first
-            finish_ok = constraints.satisfied(progress, device)
             ranks = ranks + (~torch.cat((finished_ok, finish_ok), dim=1)) * UNSATISFIED
         best = torch.topk(ranks, k=k)[1]
         finished = gather_beams(torch.cat((finished, extended), dim=1), best)

@@ -8,10 +8,11 @@ one), never tracked step by step as the package does. Its rules are those `searc
 - the candidates: the 2k likeliest continuations of the k live hypotheses (by log P), then, for each live hypothesis
   in turn, its likeliest token and each token that takes it further through a phrase, in token order, leaving out
   those already there;
-- of the first k, those that end join the finished ones (those holding every phrase ranked first, then by
-  log P / lp(Y)); the k that live on are chosen among those that do not end by banks (constraint tokens met):
-  k // (C + 1) places a bank, one more for the highest k % (C + 1) banks, each bank's likeliest first, places left
-  going to the other banks' next likeliest in turns from the highest bank down;
+- of the first k, those that end join the finished ones, and so does every candidate that ends holding all its
+  sentence's phrases (where it has any): those holding every phrase rank first, then by log P / lp(Y);
+- the k that live on are chosen among those that do not end by banks (constraint tokens met): k // (C + 1) places
+  a bank, one more for the highest k % (C + 1) banks, each bank's likeliest first, places left going to the other
+  banks' next likeliest in turns from the highest bank down;
 - a sentence ends when its k finished hypotheses all hold their phrases and no live one can beat the k-th, even at
   its longest length allowed."""
 
@@ -83,8 +84,8 @@ def constrained_search(model, source, phrases, beams, alpha, limit, returned, pr
         for place, (log_p, rank, token) in enumerate(candidates):
             tokens = live[rank][0] + [token]
             if token == EOS or len(tokens) == limit:
-                if place < beams and log_p > float("-inf"):
-                    ok = all(holds(tokens, phrase) for phrase in phrases)
+                ok = all(holds(tokens, phrase) for phrase in phrases)
+                if (place < beams or (phrases and ok)) and log_p > float("-inf"):
                     finished.append((ok, log_p / lp(len(tokens), alpha), tokens))
             elif log_p > float("-inf"):
                 growing.append((log_p, min(met_tokens(tokens, phrases), top_bank), tokens))

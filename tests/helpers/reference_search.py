@@ -7,6 +7,7 @@ live hypothesis can beat its k-th best finished one, even at its longest length 
 token at each step. Also the tiny random models and random cases the paper-decoding tests run it on."""
 
 import random
+from types import SimpleNamespace
 
 import torch
 from transformers import LogitsProcessor
@@ -77,6 +78,22 @@ def reference_search(model, source: list[int], beams: int, alpha: float, limit: 
         if len(finished) == beams and live and live[0][1] / lp(limit, alpha) <= finished[-1][1]:
             break  # no live hypothesis can beat the k-th finished one, even at the longest length allowed
     return finished[:returned]
+
+
+class Averaged:
+    """The reference's model: the mean of the members' log-softmax, computed here in float64 (the search normalizes
+    it again, as generate() does)."""
+
+    def __init__(self, *models):
+        self.models, self.config = models, models[0].config
+
+    @torch.no_grad()
+    def __call__(self, input_ids, decoder_input_ids):
+        log_probs = [
+            model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits.double().log_softmax(-1)
+            for model in self.models
+        ]
+        return SimpleNamespace(logits=torch.stack(log_probs).mean(dim=0))
 
 
 def random_model(seed: int, **overrides):

@@ -1,11 +1,10 @@
 """generate(paper_decoding=True, ensemble=[...]): several models decoding as one, their next-token log-probabilities
 averaged at each step, against the reference search (helpers/reference_search.py) run over that average."""
 
-from types import SimpleNamespace
-
 import pytest
 import torch
 from helpers.reference_search import (
+    Averaged,
     EndLikelierWithLength,
     decoded,
     expected_output,
@@ -16,22 +15,6 @@ from helpers.reference_search import (
 from helpers.tiny_models import padded_batch
 
 from modeling_vaswani.decoding_vaswani import DecoderSteps
-
-
-class Averaged:
-    """The reference's model: the mean of the members' log-softmax, computed here in float64 (the search normalizes
-    it again, as generate() does)."""
-
-    def __init__(self, *models):
-        self.models, self.config = models, models[0].config
-
-    @torch.no_grad()
-    def __call__(self, input_ids, decoder_input_ids):
-        log_probs = [
-            model(input_ids=input_ids, decoder_input_ids=decoder_input_ids).logits.double().log_softmax(-1)
-            for model in self.models
-        ]
-        return SimpleNamespace(logits=torch.stack(log_probs).mean(dim=0))
 
 
 def test_an_ensemble_of_a_model_with_itself_translates_as_the_model():
