@@ -31,10 +31,12 @@ from .decoding_vaswani import DecoderSteps, Recorder, default_synced_gpus, eos_t
 from .guidance_vaswani import (
     EnsembleSteps,
     LexicalConstraints,
+    check_avoid,
     check_constraints,
     check_ensemble,
     check_target_prefix,
     is_int,
+    with_avoid,
     with_target_prefix,
 )
 from .search_vaswani import MaxLengthPerSentence, beam_search, sentence_limits
@@ -288,18 +290,21 @@ class VaswaniGenerationMixin(GenerationMixin):
             attention_mask = input_ids.ne(self.config.pad_token_id)
         target_prefix = kwargs.pop("target_prefix", None)
         ensemble = check_ensemble(self, kwargs.pop("ensemble", None), paper_decoding)
-        constraints = kwargs.pop("constraints", None)
+        constraints, avoid = kwargs.pop("constraints", None), kwargs.pop("avoid", None)
         if constraints is not None and not paper_decoding:
             raise ValueError(
                 "constraints need paper_decoding=True: transformers 5 removed its constrained beam search, and this "
                 "package's own search (Section 6.1's) is the one that meets them"
             )
+        rows = len(input_ids) if input_ids is not None else None
         if not paper_decoding:
             if target_prefix is not None:
                 new_tokens = stock_output_length(settings["max_new_tokens"], settings["max_length"])
                 room = [new_tokens] * (len(input_ids) if input_ids is not None else len(target_prefix))
                 prefixes = check_target_prefix(target_prefix, self.config.vocab_size, room)
                 with_target_prefix(kwargs, prefixes, self.device)
+            if avoid is not None:
+                with_avoid(kwargs, check_avoid(avoid, self, rows or len(avoid)))
             return super().generate(*args, **kwargs)
         if input_ids is None:
             raise ValueError("paper_decoding needs input_ids to know each sentence's length")
@@ -315,6 +320,8 @@ class VaswaniGenerationMixin(GenerationMixin):
             with_target_prefix(kwargs, prefixes, self.device)
         if constraints is not None:
             constraints = check_constraints(constraints, self.config.vocab_size, (limits - 1).tolist(), prefixes)
+        if avoid is not None:
+            with_avoid(kwargs, check_avoid(avoid, self, rows, constraints))
 
         kwargs.pop("length_penalty", None)
         kwargs["num_beams"] = settings["num_beams"]

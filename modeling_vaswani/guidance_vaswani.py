@@ -11,7 +11,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import LogitsProcessor, LogitsProcessorList
 
 from .compat_vaswani import CACHE
-from .decoding_vaswani import DecoderSteps, FollowsTheBatch
+from .decoding_vaswani import DecoderSteps, FollowsTheBatch, eos_token_ids
 
 
 class TargetPrefix(FollowsTheBatch, LogitsProcessor):
@@ -73,39 +73,42 @@ def check_target_prefix(target_prefix, vocab_size: int, room: list[int]) -> list
     return [list(prefix) for prefix in target_prefix]
 
 
-def check_constraints(constraints, vocab_size: int, room: list[int], prefixes=None) -> list[list[list[int]]]:
-    """Refuses `constraints` that are not one list of phrases per sentence (each phrase a non-empty list of token ids
-    of the vocabulary; an empty list for a sentence without any), or whose tokens, with the sentence's target prefix,
-    are more than its `room` of new tokens holds. Each error names the sentence and the phrase."""
-    if not isinstance(constraints, (list, tuple)) or len(constraints) != len(room):
-        shown = f"{len(constraints)} entries" if isinstance(constraints, (list, tuple)) else repr(constraints)
+def check_phrase_lists(value, name: str, vocab_size: int, sentences: int) -> list[list[list[int]]]:
+    """Refuses `value` (`name`: "constraints" or "avoid") unless it is one list of phrases per sentence, each phrase a
+    non-empty list of token ids of the vocabulary (an empty list for a sentence without any); each error names the
+    sentence and the phrase."""
+    if not isinstance(value, (list, tuple)) or len(value) != sentences:
+        shown = f"{len(value)} entries" if isinstance(value, (list, tuple)) else repr(value)
         raise ValueError(
-            f"constraints has {shown}; expected a list of {len(room)} lists of phrases, one per sentence (each phrase "
-            "a list of token ids; an empty list for a sentence without any)"
+            f"{name} has {shown}; expected a list of {sentences} lists of phrases, one per sentence (each phrase a "
+            "list of token ids; an empty list for a sentence without any)"
         )
-    checked = []
-    for number, (phrases, limit) in enumerate(zip(constraints, room, strict=True)):
+    for number, phrases in enumerate(value):
         if not isinstance(phrases, (list, tuple)):
-            raise ValueError(f"constraints[{number}] is {phrases!r}; expected a list of phrases (lists of token ids)")
+            raise ValueError(f"{name}[{number}] is {phrases!r}; expected a list of phrases (lists of token ids)")
         for place, phrase in enumerate(phrases):
             if not isinstance(phrase, (list, tuple)) or not phrase:
-                raise ValueError(
-                    f"constraints[{number}][{place}] is {phrase!r}; expected a non-empty list of token ids"
-                )
+                raise ValueError(f"{name}[{number}][{place}] is {phrase!r}; expected a non-empty list of token ids")
             if not all(is_int(t) and 0 <= t < vocab_size for t in phrase):
                 raise ValueError(
-                    f"constraints[{number}][{place}] is {list(phrase)!r}; expected token ids from 0 to "
-                    f"{vocab_size - 1}"
+                    f"{name}[{number}][{place}] is {list(phrase)!r}; expected token ids from 0 to {vocab_size - 1}"
                 )
+    return [[list(phrase) for phrase in phrases] for phrases in value]
+
+
+def check_constraints(constraints, vocab_size: int, room: list[int], prefixes=None) -> list[list[list[int]]]:
+    """`check_phrase_lists`, and refuses phrases whose tokens, with the sentence's target prefix, are more than its
+    `room` of new tokens holds."""
+    checked = check_phrase_lists(constraints, "constraints", vocab_size, len(room))
+    for number, (phrases, limit) in enumerate(zip(checked, room, strict=True)):
         prefix = len(prefixes[number]) if prefixes is not None else 0
         if phrases and sum(map(len, phrases)) + prefix > limit:
             raise ValueError(
-                f"constraints[{number}] hold {sum(map(len, phrases))} tokens (phrases {[list(p) for p in phrases]})"
+                f"constraints[{number}] hold {sum(map(len, phrases))} tokens (phrases {phrases})"
                 + (f" and its target prefix {prefix}" if prefix else "")
                 + f"; sentence {number} may generate {limit}: expected fewer constraint tokens than its length limit "
                 "leaves room for"
             )
-        checked.append([list(phrase) for phrase in phrases])
     return checked
 
 
@@ -263,10 +266,10 @@ class LexicalConstraints(FollowsTheBatch):
     candidates with each hypothesis's best token and the tokens that take it further (`widen`), and to choose the
     k that live on by dynamic beam allocation (`choose`)."""
 
-    def __init__(self, phrases: list[list[list[int]]], k: int, eos_token_ids: list[int]):
+    def __init__(self, phrases: list[list[list[int]]], k: int, ends: list[int]):
         self.phrases = phrases
         self.progress = [[Progress()] * k for _ in phrases]
-        self.eos_token_ids = eos_token_ids
+        self.eos_token_ids = ends
 
     def select(self, sentences: torch.Tensor) -> None:
         kept = sentences.tolist()
@@ -350,3 +353,57 @@ class LexicalConstraints(FollowsTheBatch):
             keep.append(chosen)
             self.progress[s] = [states[i] for i in chosen]
         return torch.tensor(keep, device=live_scores.device)
+
+
+class AvoidPhrases(FollowsTheBatch, LogitsProcessor):
+    """Phrases a sentence's translation must not hold (negative constraints): where a hypothesis ends with all but the
+    last token of one, that last token is ruled out (-inf); a one-token phrase is ruled out everywhere. transformers'
+    NoBadWordsLogitsProcessor does the same for every sentence of a batch alike; these are each sentence's own."""
+
+    def __init__(self, phrases: list[list[list[int]]]):
+        self.phrases = phrases
+
+    def select(self, sentences: torch.Tensor) -> None:
+        self.phrases = [self.phrases[s] for s in sentences.tolist()]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows_per_sentence = input_ids.shape[0] // len(self.phrases)  # beams (or returned sequences)
+        banned = []
+        for row, tokens in enumerate(input_ids.tolist()):
+            for phrase in self.phrases[row // rows_per_sentence]:
+                before = len(phrase) - 1
+                if before == 0 or (len(tokens) >= before and tokens[-before:] == phrase[:-1]):
+                    banned.append((row, phrase[-1]))
+        if banned:
+            rows, tokens = zip(*banned, strict=True)
+            scores = scores.clone()
+            scores[list(rows), list(tokens)] = -math.inf
+        return scores
+
+
+def check_avoid(avoid, model, sentences: int, constraints=None) -> list[list[list[int]]]:
+    """`check_phrase_lists`, and refuses a phrase holding the end of sentence, or one that a required phrase of the
+    sentence (`constraints`) holds."""
+    checked = check_phrase_lists(avoid, "avoid", model.config.vocab_size, sentences)
+    ends = eos_token_ids(model.generation_config)
+    for number, phrases in enumerate(checked):
+        for place, phrase in enumerate(phrases):
+            if any(t in ends for t in phrase):
+                raise ValueError(
+                    f"avoid[{number}][{place}] is {phrase!r}, which holds the end of sentence {ends}: a "
+                    "translation must end; expected phrases of words"
+                )
+            for required in constraints[number] if constraints is not None else []:
+                if any(required[i : i + len(phrase)] == phrase for i in range(len(required))):
+                    raise ValueError(
+                        f"avoid[{number}][{place}] is {phrase!r}, which the required phrase {required} of the same "
+                        "sentence holds: expected phrases to avoid that no required one holds"
+                    )
+    return checked
+
+
+def with_avoid(kwargs: dict, avoid: list[list[list[int]]]) -> None:
+    """generate()'s logits processors, `AvoidPhrases` added."""
+    processors = LogitsProcessorList(kwargs.get("logits_processor") or [])
+    processors.append(AvoidPhrases(avoid))
+    kwargs["logits_processor"] = processors

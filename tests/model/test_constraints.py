@@ -196,3 +196,62 @@ def test_constraints_need_the_papers_decoding_and_a_prefix_counts_against_the_ro
         constraints=[[], [[5, 6, 7]]], target_prefix=[[], [8, 9]],
     )  # fmt: skip
     assert fits[1, 1:6].tolist() == [8, 9, 5, 6, 7] and EOS not in fits[1, 1:6].tolist()
+
+
+# === Negative constraints (avoid), both decoding modes ===============================================================
+
+
+def holds_anywhere(rows: list[list[int]], phrase: list[int]) -> bool:
+    return any(holds(tokens, phrase) for tokens in rows)
+
+
+@pytest.mark.parametrize("paper_decoding", [True, False], ids=["paper", "stock"])
+def test_avoided_phrases_never_appear_and_other_sentences_are_untouched(paper_decoding):
+    """The phrases each sentence's free translation holds (its two most frequent tokens, and a bigram) are avoided in
+    that sentence only: its translation then holds none of them, and every other sentence's is as it was."""
+    model = random_model(seed=31)
+    input_ids, attention_mask = padded_batch([6, 4, 7], vocab_size=VOCAB, seed=75)
+    settings = {"num_beams": 4, "max_new_tokens": 12, "exponential_decay_length_penalty": DECAY}
+    batch = {"input_ids": input_ids, "attention_mask": attention_mask, "paper_decoding": paper_decoding}
+    free = decoded(model.generate(**batch, return_dict_in_generate=True, **settings))
+    content = [[t for t in tokens if t != EOS] for tokens in free]
+    assert len(content[1]) >= 2
+    avoid = [[], [[content[1][0]], content[1][:2]], []]
+    output = decoded(model.generate(**batch, return_dict_in_generate=True, avoid=avoid, **settings))
+    assert not holds(output[1], avoid[1][0]) and not holds(output[1], avoid[1][1]), (free[1], output[1])
+    assert output[0] == free[0] and output[2] == free[2]
+
+
+def test_avoiding_a_bigram_leaves_its_tokens_free_elsewhere():
+    """[a, b] rules out b only right after a: a hand-made step check of the processor."""
+    from modeling_vaswani.guidance_vaswani import AvoidPhrases
+
+    scores = torch.zeros(4, 8)
+    input_ids = torch.tensor([[0, 5], [0, 6], [0, 5], [0, 7]])  # two sentences, two rows each
+    out = AvoidPhrases([[[5, 3]], [[7], [2, 4]]])(input_ids, scores)
+    banned = (out == -float("inf")).nonzero().tolist()
+    assert banned == [[0, 3], [2, 7], [3, 7]]  # row 0 ends with 5: 3 ruled out; sentence 1's rows: 7 everywhere
+
+
+AVOID_REFUSED = {
+    "the end of sentence": ([[[5, EOS]], []], None, r"avoid\[0\]\[0\] is \[5, 2\], which holds the end of sentence"),
+    "an id outside the vocabulary": ([[], [[VOCAB]]], None, r"avoid\[1\]\[0\] is \[61\]; expected token ids"),
+    "one list too many": ([[], [], []], None, r"avoid has 3 entries; expected a list of 2 lists"),
+    "a phrase a required one holds": (
+        [[[7, 8]], []],
+        [[[6, 7, 8, 9]], []],
+        r"avoid\[0\]\[0\] is \[7, 8\], which the required phrase \[6, 7, 8, 9\]",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(AVOID_REFUSED))
+def test_bad_avoid_lists_are_refused_by_sentence_and_phrase(case):
+    model = random_model(seed=31)
+    input_ids, attention_mask = padded_batch([4, 3], vocab_size=VOCAB, seed=74)
+    avoid, constraints, message = AVOID_REFUSED[case]
+    with pytest.raises(ValueError, match=message):
+        model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, paper_decoding=True, avoid=avoid,
+            constraints=constraints,
+        )  # fmt: skip
