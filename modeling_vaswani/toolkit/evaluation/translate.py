@@ -18,18 +18,10 @@ from ...guidance_vaswani import leaves_no_room
 from ...search_vaswani import max_output_length
 from ..checkpoints import recorded_source_language
 from ..data.sentences import Layout, split_lines, tokenizer_language
+from .errors import InputError
+from .terminology import Glossary, check_room, phrase_ids, sentence_terms
 
 logger = logging.getLogger(__name__)
-
-
-class InputError(ValueError):
-    """Sentences that cannot be translated as they are: the message names the first such sentence and why, and
-    `sentence` is the number (from 1) of the input at fault where one is (the sentence; with split_sentences, the
-    line holding it), so that a caller can still answer the inputs before it (vaswani-translate's stream)."""
-
-    def __init__(self, message: str, sentence: int | None = None):
-        super().__init__(message)
-        self.sentence = sentence
 
 
 def write_lines(lines: Sequence[str], target: TextIO) -> None:
@@ -240,6 +232,7 @@ def decoding_batches(
     progress: bool,
     generate_kwargs: dict,
     layout: Layout | None = None,
+    terms: tuple = (None, None),
 ) -> Iterator[tuple[list[int], dict, dict]]:
     """What `translate` and `translate_nbest` decode, batch by batch (their arguments of the same names): the sentence
     indices, their tokenized source and the batch's generate() keyword arguments (its rows' `target_prefix`, when
@@ -248,11 +241,35 @@ def decoding_batches(
     lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens, layout)
     room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
     prefixes = prefix_ids(tokenizer, target_prefixes, room, layout)
+    required, avoided = terms_ids(model, tokenizer, terms, prefixes, room, paper_decoding, layout)
     for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
-        if prefixes is None:
-            yield indices, batch, generate_kwargs
-        else:
-            yield indices, batch, {**generate_kwargs, "target_prefix": [prefixes[i] for i in indices]}
+        kwargs = dict(generate_kwargs)
+        for name, rows in (("target_prefix", prefixes), ("constraints", required), ("avoid", avoided)):
+            if rows is not None and (name == "target_prefix" or any(rows[i] for i in indices)):
+                kwargs[name] = [rows[i] for i in indices]
+        yield indices, batch, kwargs
+
+
+def terms_ids(model, tokenizer, terms: tuple, prefixes, room: Callable, paper_decoding: bool, layout: Layout | None):
+    """Each sentence's phrases to hold and to avoid (`terms`, from `terminology.sentence_terms`) as token ids, after
+    refusing (InputError) what cannot be met: phrases on a CTranslate2 export or, to hold, without the paper's
+    decoding, and constraints longer than a sentence's room (naming the sentence)."""
+    required, avoided = terms
+    if not any(rows for rows in (required, avoided) if rows is not None):
+        return None, None
+    if not isinstance(model, torch.nn.Module):
+        raise InputError(
+            "constraints, phrases to avoid and glossaries need the PyTorch engine (CTranslate2 has no lexical "
+            "constraints): give the checkpoint the export was made from, with --engine pytorch"
+        )
+    if required is not None and any(required) and not paper_decoding:
+        raise InputError(
+            "constraints need the paper's decoding (its own beam search meets them): drop --no_paper_decoding"
+        )
+    required, avoided = phrase_ids(tokenizer, required), phrase_ids(tokenizer, avoided)
+    if required is not None:
+        check_room(required, prefixes, room(), layout.name if layout is not None else lambda n: f"sentence {n}")
+    return required, avoided
 
 
 def source_language(name: str | None, tokenizer, language: str | None = None, revision: str | None = None):
@@ -307,6 +324,9 @@ def translate(
     split_sentences: bool = True,
     language: str | None = None,
     first_line: int = 1,
+    constraints: Sequence[Sequence[str]] | None = None,
+    avoid: Sequence[Sequence[str]] | None = None,
+    glossary: Glossary | None = None,
     **generate_kwargs,
 ) -> list[str]:
     """Translations of `sentences`, in order, one per input, by `model`: a checkpoint's, or an exported folder's
@@ -320,10 +340,14 @@ def translate(
     line had around and between its sentences; an empty or blank line gives "". A line's target prefix starts its
     first sentence's translation. Errors name a sentence by its line (numbered from `first_line`) and first words,
     and InputError.sentence is that line's place in `sentences`, counted from 1. `split_sentences=False` translates
-    each input whole, as one sentence (an empty one is refused): for sentence-aligned text such as a test set."""
+    each input whole, as one sentence (an empty one is refused): for sentence-aligned text such as a test set.
+
+    Terminology (evaluation/terminology.py): `constraints`, phrases each input's translation must hold (one list an
+    input); `avoid`, phrases it must not; `glossary`, target terms each sentence holding their source terms must use.
+    """
     layout, _, translations = translate_sentences(
         model, tokenizer, sentences, batch_size, paper_decoding, progress, max_input_tokens, max_tokens,
-        target_prefixes, split_sentences, language, first_line, **generate_kwargs,
+        target_prefixes, split_sentences, language, first_line, constraints, avoid, glossary, **generate_kwargs,
     )  # fmt: skip
     return translations if layout is None else layout.join(translations)
 
@@ -342,6 +366,9 @@ def translate_sentences(
     split_sentences: bool = True,
     language: str | None = None,
     first_line: int = 1,
+    constraints: Sequence[Sequence[str]] | None = None,
+    avoid: Sequence[Sequence[str]] | None = None,
+    glossary: Glossary | None = None,
     **generate_kwargs,
 ) -> tuple[Layout | None, list[str], list[str]]:
     """What `translate` decodes, before its lines are joined (same arguments): the `Layout` the inputs were split by
@@ -356,9 +383,10 @@ def translate_sentences(
             check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
             return layout, [], []
     translations = [None] * len(sentences)
+    terms = sentence_terms(layout, sentences, constraints, avoid, glossary)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs, layout,
+        progress, generate_kwargs, layout, terms,
     )  # fmt: skip
     for indices, batch, kwargs in batches:
         generated = model.generate(**batch, paper_decoding=paper_decoding, **kwargs)

@@ -1,0 +1,142 @@
+"""Terminology: words a translation must use or must not, given as text. A phrase is tokenized the way it stands
+inside a sentence (this package's byte-level BPE gives every word its leading-space form, the first one of a sentence
+too), and becomes a lexical constraint of the paper's search (guidance_vaswani.LexicalConstraints: dynamic beam
+allocation) or a phrase it avoids (guidance_vaswani.AvoidPhrases).
+
+- Constraints and phrases to avoid come one list a line. A line's phrases to avoid hold for each of its sentences;
+  its constraints, for its one sentence (a line that splits into several is refused: which sentence should hold
+  them?).
+- A glossary (`Glossary`: source term TAB target term, one a line) adds to each sentence the target term of every
+  source term it holds, as whole words, case-insensitively (Unicode case folding); the target term is used as
+  written.
+"""
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..data.sentences import Layout
+from .errors import InputError
+
+
+@dataclass
+class Glossary:
+    """Source terms and the target term each must be translated by."""
+
+    terms: dict[str, str]
+
+    @classmethod
+    def read(cls, path: str | Path) -> "Glossary":
+        """A glossary file: UTF-8, one `source term<TAB>target term` a line (blank lines skipped). Refuses a line
+        without exactly one tab, an empty term, and a source term given twice with different targets, naming the
+        file and line."""
+        terms: dict[str, str] = {}
+        places: dict[str, int] = {}
+        text = Path(path).read_text(encoding="utf-8")
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            parts = line.split("\t")
+            if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+                raise ValueError(f"{path}, line {number}: {line!r}; expected a source term, one tab and a target term")
+            source, target = parts[0].strip(), parts[1].strip()
+            key = source.casefold()
+            if key in terms and terms[key] != target:
+                raise ValueError(
+                    f"{path}, line {number}: {source!r} is also on line {places[key]} with another target term "
+                    f"({terms[key]!r}, now {target!r}); expected one target term a source term"
+                )
+            terms[key], places[key] = target, number
+        return cls(terms)
+
+    def targets(self, sentence: str) -> list[str]:
+        """The target terms of the source terms `sentence` holds as whole words, in the order they appear in it."""
+        folded = sentence.casefold()
+        found = []
+        for source, target in self.terms.items():
+            match = re.search(rf"(?<!\w){re.escape(source)}(?!\w)", folded)
+            if match:
+                found.append((match.start(), target))
+        return list(dict.fromkeys(target for _, target in sorted(found)))
+
+
+def check_phrase_texts(value, name: str, inputs: int) -> list[list[str]]:
+    """`value`: one list of phrases (str) an input. Refuses another count, a line that is not a list of str, and a
+    blank phrase, naming the input."""
+    if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != inputs:
+        shown = (
+            "a str" if isinstance(value, str) else f"{len(value)} entries" if isinstance(value, Sequence) else value
+        )
+        raise InputError(f"{name} is {shown}; expected a list of {inputs} lists of phrases, one an input")
+    for number, phrases in enumerate(value, start=1):
+        if isinstance(phrases, str) or not isinstance(phrases, Sequence):
+            raise InputError(f"{name} of input {number} is {phrases!r}; expected a list of phrases (str)", number)
+        for phrase in phrases:
+            if not isinstance(phrase, str) or not phrase.strip():
+                raise InputError(f"{name} of input {number} holds {phrase!r}; expected non-blank phrases", number)
+    return [list(phrases) for phrases in value]
+
+
+def sentence_terms(
+    layout: Layout | None,
+    sentences: Sequence[str],
+    constraints: Sequence[Sequence[str]] | None,
+    avoid: Sequence[Sequence[str]] | None,
+    glossary: Glossary | None,
+) -> tuple[list[list[str]] | None, list[list[str]] | None]:
+    """Each sentence's phrases to hold and to avoid (None where none are given): the inputs' lists moved to their
+    sentences (`layout`: how the inputs were split; None, one sentence an input) and the glossary's target terms
+    added."""
+    inputs = len(sentences) if layout is None else len(layout.starts)
+    if constraints is not None:
+        constraints = check_phrase_texts(constraints, "constraints", inputs)
+    if avoid is not None:
+        avoid = check_phrase_texts(avoid, "avoid", inputs)
+    owner = (
+        list(range(len(sentences))) if layout is None else [layout.line_index(i + 1) for i in range(len(sentences))]
+    )
+    required = None
+    if constraints is not None:
+        for line, phrases in enumerate(constraints):
+            if phrases and layout is not None and layout.count(line) > 1:
+                raise InputError(
+                    f"line {layout.first + line} holds {layout.count(line)} sentences and constraints {phrases}: a "
+                    "line's "
+                    "constraints are its one sentence's; expected a line of one sentence, or no sentence "
+                    "splitting (--no_split_sentences, split_sentences=False)",
+                    line + 1,
+                )
+        required = [list(constraints[line]) for line in owner]
+    if glossary is not None:
+        required = required or [[] for _ in sentences]
+        for index, sentence in enumerate(sentences):
+            required[index] += [term for term in glossary.targets(sentence) if term not in required[index]]
+    avoided = None if avoid is None else [list(avoid[line]) for line in owner]
+    return required, avoided
+
+
+def phrase_ids(tokenizer, phrases: list[list[str]] | None) -> list[list[list[int]]] | None:
+    """Each sentence's phrases as token ids, each tokenized as it stands inside a sentence (`text_target`, no
+    special tokens)."""
+    if phrases is None:
+        return None
+    flat = [phrase.strip() for row in phrases for phrase in row]
+    ids = iter(tokenizer(text_target=flat, add_special_tokens=False)["input_ids"] if flat else [])
+    return [[next(ids) for _ in row] for row in phrases]
+
+
+def check_room(constraints, prefixes, room: list[int], name_sentence) -> None:
+    """Refuses a sentence whose constraint tokens, with its target prefix, are more than the `room` its translation
+    may have, naming it (`name_sentence(number)`, from 1) and its phrases."""
+    for index, (phrases, limit) in enumerate(zip(constraints, room, strict=True)):
+        prefix = len(prefixes[index]) if prefixes is not None else 0
+        needed = sum(map(len, phrases)) + prefix
+        if phrases and needed > limit:
+            with_prefix = f" and its target prefix {prefix}" if prefix else ""
+            tokens = sum(map(len, phrases))
+            raise InputError(
+                f"{name_sentence(index + 1)}: its constraints are {tokens} tokens{with_prefix} and its translation "
+                f"may have {limit}; expected constraints that fit in its length limit",
+                index + 1,
+            )
