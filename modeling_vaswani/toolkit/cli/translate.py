@@ -62,6 +62,7 @@ from ..data.corpora import iter_arrived_lines, iter_text_lines
 from ..data.markup import check_markup_text
 from ..evaluation.alignment import pharaoh, translate_aligned
 from ..evaluation.documents import translate_markup
+from ..evaluation.terminology import Glossary
 from ..evaluation.translate import (
     InputError,
     input_token_limit,
@@ -108,6 +109,20 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
         help="a file of one prefix a line (empty for none): each line's translation starts with its prefix",
     )
     parser.add_argument(
+        "--constraints",
+        help="a file of one line per input line, its phrases separated by tabs (fairseq's --constraints; an empty "
+        "line for none): each line's translation holds each of its phrases (see --help's end)",
+    )
+    parser.add_argument(
+        "--avoid",
+        help="a file of one line per input line, its phrases separated by tabs: phrases its translation must not hold",
+    )
+    parser.add_argument(
+        "--glossary",
+        help="a file of 'source term<TAB>target term' lines: each sentence holding a source term (whole words, any "
+        "case) holds its target term in its translation",
+    )
+    parser.add_argument(
         "--no_split_sentences",
         action="store_true",
         help="translate each line whole, as one sentence (input already one sentence a line; an empty line refused)",
@@ -131,6 +146,10 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
         parser.error("an ensemble (several models) decodes with the paper's decoding; drop --no_paper_decoding")
     if arguments.alignments and arguments.nbest:
         parser.error("--alignments aligns each line's one translation; drop --nbest or --alignments")
+    terms = terminology_options(arguments)
+    if terms and (arguments.alignments or arguments.no_paper_decoding):
+        other = "--alignments" if arguments.alignments else "--no_paper_decoding"
+        parser.error(f"{' and '.join(terms)} go with neither --alignments nor --no_paper_decoding; drop {other}")
     if arguments.source_lang is not None and arguments.no_split_sentences:
         parser.error("--source_lang chooses how lines are split into sentences; drop it or --no_split_sentences")
     if arguments.format is None:
@@ -144,6 +163,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
                 ("--alignments", arguments.alignments),
                 ("--target_prefix", arguments.target_prefix),
                 ("--no_split_sentences", arguments.no_split_sentences),
+                *((option, True) for option in terminology_options(arguments)),
             )
             if given
         ]
@@ -162,15 +182,27 @@ def attention_options(arguments: argparse.Namespace) -> list[str]:
     return wanted + ([f"--format {arguments.format}"] if arguments.format != "text" else [])
 
 
+def terminology_options(arguments: argparse.Namespace) -> list[str]:
+    """The terminology options given (evaluation/terminology.py): the paper's search meets them; CTranslate2 has no
+    lexical constraints."""
+    return [f"--{name}" for name in ("constraints", "avoid", "glossary") if getattr(arguments, name) is not None]
+
+
 def check_engine_serves(arguments: argparse.Namespace) -> None:
     """Refuses, before any work, options the first model's engine cannot serve, naming them and the way that can."""
-    wanted = attention_options(arguments)
-    if wanted and runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
+    if not runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
+        return
+    exported = f"{arguments.model[0]} runs on CTranslate2"
+    if wanted := attention_options(arguments):
         instead = " (or --format text)" if arguments.format != "text" else ""
         raise ValueError(
-            f"{' and '.join(wanted)} need(s) the PyTorch model's attention weights (word alignments); "
-            f"{arguments.model[0]} runs on CTranslate2, which does not give them: give the checkpoint it was "
-            f"exported from, on the PyTorch engine{instead}"
+            f"{' and '.join(wanted)} need(s) the PyTorch model's attention weights (word alignments); {exported}, "
+            f"which does not give them: give the checkpoint it was exported from, on the PyTorch engine{instead}"
+        )
+    if wanted := terminology_options(arguments):
+        raise ValueError(
+            f"{' and '.join(wanted)} need(s) the paper's search with lexical constraints; {exported}, which has "
+            "none: give the checkpoint it was exported from, on the PyTorch engine"
         )
 
 
@@ -178,15 +210,19 @@ def check_engine_serves(arguments: argparse.Namespace) -> None:
 def main(argv=None):
     _, arguments = parse_arguments(argv)
     if arguments.output:
-        check_output_path(arguments.output, [arguments.input, arguments.target_prefix])
+        check_output_path(
+            arguments.output, [arguments.input, arguments.target_prefix, arguments.constraints, arguments.avoid]
+        )
     check_models(arguments.model, arguments.revision)  # a typo in the second model is not found after the first loads
     check_engine_serves(arguments)
-    streaming = arguments.input is None and arguments.output is None and arguments.target_prefix is None
+    per_line = (arguments.target_prefix, arguments.constraints, arguments.avoid)  # files read whole, line by line
+    streaming = arguments.input is None and arguments.output is None and all(path is None for path in per_line)
     streaming = streaming and is_stream(0) and arguments.format != "html"  # a document is read whole
     # Before any model loads, what can be read is: the files, and standard input where it is one (a pipe or a
     # terminal is read once the model is there: its lines may take their time to come).
     sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
     prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
+    terms = read_terms(arguments, None if sentences is None else len(sentences))
     if sentences is not None and arguments.format != "text":  # markup.Document's rule, before the model loads
         check_markup_text("\n".join(sentences), arguments.input or "standard input")
     model, tokenizer, others = load_ensemble(
@@ -225,11 +261,11 @@ def main(argv=None):
             return [f"{line.text} ||| {pharaoh(line.alignment)}" for line in aligned]
         if not arguments.nbest:
             return translate(
-                model, tokenizer, lines, target_prefixes=prefixes, progress=progress, **where, **settings
+                model, tokenizer, lines, target_prefixes=prefixes, progress=progress, **where, **terms, **settings
             )  # fmt: skip
         lists = translate_nbest(
             model, tokenizer, lines, arguments.nbest, target_prefixes=prefixes, progress=progress, **where,
-            **settings,
+            **terms, **settings,
         )  # fmt: skip
         return [
             f"{first + i} ||| {h.text} ||| {h.score:.4f}" for i, hypotheses in enumerate(lists) for h in hypotheses
@@ -241,6 +277,7 @@ def main(argv=None):
     if sentences is None:  # a pipe or a terminal, read whole
         sentences = read_input(None)
         check_prefix_count(arguments.target_prefix, prefixes, len(sentences))
+        terms = read_terms(arguments, len(sentences))
     if arguments.format == "html":  # one document, its lines joined back as they were read
         sentences = ["\n".join(sentences)]
     try:
@@ -303,6 +340,25 @@ def read_prefixes(path: str | None, sentences: int | None) -> list[str] | None:
     if sentences is not None:
         check_prefix_count(path, prefixes, sentences)
     return prefixes
+
+
+def read_terms(arguments: argparse.Namespace, sentences: int | None) -> dict:
+    """translate()'s terminology arguments from --constraints and --avoid (one line per input line, phrases
+    separated by tabs, fairseq's format) and --glossary; the line counts are checked where the input's is known."""
+    terms = {}
+    for flag in ("constraints", "avoid"):
+        path = getattr(arguments, flag)
+        if path is not None:
+            lines = [text for _, text in iter_text_lines(path)]
+            if sentences is not None and len(lines) != sentences:
+                raise ValueError(
+                    f"--{flag} {path} has {len(lines)} lines; expected {sentences}, one per input line (an empty "
+                    "line for none)"
+                )
+            terms[flag] = [[phrase for phrase in line.split("\t") if phrase.strip()] for line in lines]
+    if arguments.glossary is not None:
+        terms["glossary"] = Glossary.read(arguments.glossary)
+    return terms
 
 
 def check_prefix_count(path: str | None, prefixes: list[str] | None, sentences: int) -> None:

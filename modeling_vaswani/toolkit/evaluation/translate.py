@@ -420,6 +420,9 @@ def translate_nbest(
     split_sentences: bool = True,
     language: str | None = None,
     first_line: int = 1,
+    constraints: Sequence[Sequence[str]] | None = None,
+    avoid: Sequence[Sequence[str]] | None = None,
+    glossary: Glossary | None = None,
     **generate_kwargs,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best translations of each of `sentences`, in order, best first, as `translate` decodes them (the
@@ -429,7 +432,7 @@ def translate_nbest(
     With `split_sentences` (the default, as `translate`) an empty or blank line has no hypotheses ([]), and a line
     that splits into several sentences is refused (InputError naming it): the n best translations of a paragraph
     would be n combinations of its sentences' ones. Give `split_sentences=False` (--no_split_sentences) to have such
-    a line translated whole, as one sentence."""
+    a line translated whole, as one sentence. `constraints`, `avoid` and `glossary` as `translate` takes them."""
     check_nbest(model, nbest, generate_kwargs.get("num_beams"))
     layout = None
     if split_sentences:
@@ -440,9 +443,10 @@ def translate_nbest(
             check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
             return [[] for _ in layout.starts]
     results = [None] * len(sentences)
+    terms = sentence_terms(layout, sentences, constraints, avoid, glossary)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs, layout,
+        progress, generate_kwargs, layout, terms,
     )  # fmt: skip
     for indices, batch, kwargs in batches:
         if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
