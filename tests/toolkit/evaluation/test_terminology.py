@@ -1,0 +1,111 @@
+"""Terminology through the library (evaluation/terminology.py, translate's constraints, avoid and glossary): phrases
+given as text reach generate() as the token ids they have inside a sentence; each line's translation holds its
+constraints and none of its phrases to avoid; glossary terms are found as whole words; what cannot be met is refused
+naming the line. The references are generate() called directly and the tokenizer's own ids."""
+
+import pytest
+from helpers.training_setup import TINY_PAIRS, trained_tiny_checkpoint
+
+from modeling_vaswani.toolkit.evaluation.terminology import Glossary
+from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
+from modeling_vaswani.toolkit.serving.engines import load_translator
+
+FAST = {"max_new_tokens": 12, "progress": False}
+LINES = [source for source, _ in TINY_PAIRS]  # "A man rides a bike.", "Two dogs play in the snow.", "A girl sings."
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory):
+    """A tiny model that has learned TINY_PAIRS by heart: its translations are words, which phrases can name."""
+    return load_translator(str(trained_tiny_checkpoint(tmp_path_factory.mktemp("trained"))))
+
+
+def ids_of(tokenizer, text: str) -> list[int]:
+    return tokenizer(text_target=text, add_special_tokens=False)["input_ids"]
+
+
+def holds(tokens: list[int], phrase: list[int]) -> bool:
+    return any(tokens[i : i + len(phrase)] == phrase for i in range(len(tokens) - len(phrase) + 1))
+
+
+def direct(model, tokenizer, line: str, **generate_kwargs) -> str:
+    """The reference: generate() on the one sentence, decoded."""
+    batch = tokenizer([line], return_tensors="pt")
+    output = model.generate(**batch, paper_decoding=True, max_new_tokens=FAST["max_new_tokens"], **generate_kwargs)
+    return tokenizer.decode(output[0], skip_special_tokens=True)
+
+
+def test_constraints_reach_generate_as_the_ids_they_have_inside_a_sentence(loaded):
+    model, tokenizer = loaded
+    constraints = [["Fahrrad"], ["Hunde", "im Schnee"], []]
+    got = translate(model, tokenizer, LINES, constraints=constraints, batch_size=1, **FAST)
+    for line, phrases, translation in zip(LINES, constraints, got, strict=True):
+        phrase_ids = [ids_of(tokenizer, phrase) for phrase in phrases]
+        expected = direct(model, tokenizer, line, **({"constraints": [phrase_ids]} if phrases else {}))
+        assert translation == expected
+        for phrase, ids in zip(phrases, phrase_ids, strict=True):
+            assert holds(ids_of(tokenizer, translation), ids) and phrase in translation, (phrase, translation)
+    # The leading-space form: "Fahrrad" alone has the ids it has after a word.
+    assert ids_of(tokenizer, "Fahrrad") == ids_of(tokenizer, "ein Fahrrad")[-len(ids_of(tokenizer, "Fahrrad")) :]
+
+
+def test_avoided_phrases_are_not_in_their_lines_translation_and_other_lines_are_untouched(loaded):
+    model, tokenizer = loaded
+    free = translate(model, tokenizer, LINES, **FAST)
+    words = free[1].split()
+    assert words, free
+    avoid = [[], [words[0]], []]
+    got = translate(model, tokenizer, LINES, avoid=avoid, **FAST)
+    assert not holds(ids_of(tokenizer, got[1]), ids_of(tokenizer, words[0])), (free[1], got[1])
+    assert got[0] == free[0] and got[2] == free[2]
+
+
+def test_a_glossary_adds_its_target_term_to_the_sentences_holding_the_source_term(loaded):
+    model, tokenizer = loaded
+    glossary = Glossary({"snow": "Schnee", "girl": "Mädchen"})
+    lines = ["Two dogs play in the SNOW. A man rides a bike.", "A snowman stands.", "The girl's dog runs."]
+    got = translate(model, tokenizer, lines, glossary=glossary, **FAST)
+    free = translate(model, tokenizer, lines, **FAST)
+    assert "Schnee" in got[0]
+    assert got[1] == free[1]  # "snowman" does not hold the word "snow"
+    assert "Mädchen" in got[2]  # "girl's": a word boundary at the apostrophe
+    assert glossary.targets("snow, SNOW and Snow; a girl") == ["Schnee", "Mädchen"]
+
+
+def test_glossary_files_are_read_and_refused_by_file_and_line(tmp_path):
+    path = tmp_path / "terms.tsv"
+    path.write_text("bike\tFahrrad\n\nSnow\tSchnee\n", encoding="utf-8")
+    assert Glossary.read(path).terms == {"bike": "Fahrrad", "snow": "Schnee"}
+    for text, message in (
+        ("bike Fahrrad\n", r"line 1: 'bike Fahrrad'; expected a source term, one tab and a target term"),
+        ("bike\t\n", r"line 1: 'bike\\t'; expected a source term"),
+        ("a\tb\tc\n", r"line 1: 'a\\tb\\tc'; expected"),
+        ("bike\tRad\nBike\tFahrrad\n", r"line 2: 'Bike' is also on line 1 with another target term"),
+    ):
+        path.write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=message):
+            Glossary.read(path)
+
+
+def test_what_cannot_be_met_is_refused_naming_the_line(loaded):
+    model, tokenizer = loaded
+    cases = (
+        ({"constraints": [["Fahrrad"]]}, r"constraints is 1 entries; expected a list of 3 lists of phrases"),
+        ({"constraints": [[], ["  "], []]}, r"constraints of input 2 holds '  '; expected non-blank phrases"),
+        ({"avoid": "Mann"}, r"avoid is a str; expected a list of 3 lists of phrases"),
+        (
+            {"constraints": [[], ["Hunde spielen im Schnee und"], []], "max_new_tokens": 3},
+            r"line 2, sentence 1 .*: its constraints are \d+ tokens and its translation may have 3",
+        ),
+        ({"constraints": [["Fahrrad"], [], []], "paper_decoding": False}, r"constraints need the paper's decoding"),
+    )
+    for options, message in cases:
+        settings = {**FAST, **options}
+        with pytest.raises(InputError, match=message):
+            translate(model, tokenizer, LINES, **settings)
+    with pytest.raises(InputError, match=r"line 1 holds 2 sentences and constraints \['Fahrrad'\]"):
+        translate(model, tokenizer, ["A man rides. A dog runs.", "x"], constraints=[["Fahrrad"], []], **FAST)
+    both = translate(
+        model, tokenizer, ["A man rides. A dog runs."], constraints=[["Fahrrad"]], split_sentences=False, **FAST
+    )
+    assert "Fahrrad" in both[0]
