@@ -1,6 +1,7 @@
-"""Beyond Section 6.1: what guides the paper's search without changing its rules. Target prefixes (`TargetPrefix`,
-CTranslate2's `target_prefix`, fairseq's prefix decoding) and ensembles (`EnsembleSteps`, several models decoding as
-one); lexical constraints will live here too. Payload: imports only torch, transformers and its siblings.
+"""Beyond Section 6.1: what guides the paper's search. Target prefixes (`TargetPrefix`, CTranslate2's
+`target_prefix`, fairseq's prefix decoding), ensembles (`EnsembleSteps`, several models decoding as one), phrases a
+translation must hold (`LexicalConstraints`: dynamic beam allocation, Post and Vilar 2018) and phrases it must not
+(`AvoidPhrases`). Payload: imports only torch, transformers and its siblings.
 """
 
 import math
