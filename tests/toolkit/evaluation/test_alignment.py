@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.tiny_models import EOS, PAD, padded_batch, tiny_model
-from helpers.training_setup import REPO, tiny_checkpoint
+from helpers.training_setup import REPO
 from transformers import AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
@@ -150,18 +150,6 @@ def test_token_words_by_hand():
     special = [0, 0, 0, 0, 0, 0, 0, 1]
     assert token_words(text, offsets, special) == [0, -1, 1, 1, 2, 2, 2, -1]
     assert token_words("x", [(0, 1), (0, 1), (0, 0)], [0, 0, 1]) == [0, 0, -1]  # "Ġ" + "x": the prefix space
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def loaded(checkpoint):
-    return VaswaniForConditionalGeneration.from_pretrained(checkpoint).eval(), AutoTokenizer.from_pretrained(
-        checkpoint
-    )
 
 
 SOURCES = ["A man rides a bike.", "Two  dogs play in the snow near Großmünster.", "Girls.", "People walk"]

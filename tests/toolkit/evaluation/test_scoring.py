@@ -18,16 +18,6 @@ SOURCES = ["A man rides a bike.", "Two dogs play in the snow near a big red hous
 TARGETS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen singt ein Lied im Park.", "Leute."]
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def loaded(checkpoint):
-    return load_translator(str(checkpoint))
-
-
 @torch.no_grad()
 def one_token_at_a_time(model, tokenizer, source: str, target: str) -> list[float]:
     """log P of each target token (</s> last), each from a pass over the start token and the tokens before it alone."""

@@ -10,7 +10,6 @@ from helpers.training_setup import command, run_command, tiny_checkpoint
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
 from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
-from modeling_vaswani.toolkit.serving.engines import load_translator
 
 SENTENCES = [
     "A man rides a bike.",
@@ -19,16 +18,6 @@ SENTENCES = [
     "People walk down a busy street in the city.",
     "A cat sleeps.",
 ]
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture(scope="module")
-def loaded(checkpoint):
-    return load_translator(str(checkpoint))
 
 
 run = functools.partial(run_command, translate_command)  # run(argv, capsys)
