@@ -20,6 +20,7 @@ class Sentence:
 
     text: str
     first: bool
+    index: int = -1  # its place among the call's sentences, for the call's terminology (`_terms`)
 
 
 class SplittingTranslationPipeline(VaswaniTranslationPipeline):
@@ -46,6 +47,7 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         super().__init__(*args, **kwargs)
         self.split_sentences, self.language = split_sentences, language
         self._model_language, self._model_language_known = None, False
+        self._terms = (None, None)  # the current call's phrases to hold and to avoid, as ids, one list a sentence
 
     def model_language(self) -> str | None:
         """The model's source language as its training recorded it, looked up once (None: not recorded)."""
@@ -64,9 +66,14 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         split_sentences: bool | None = None,
         language: str | None = None,
         alignments: bool = False,
+        constraints=None,
+        avoid=None,
+        glossary=None,
         **kwargs,
     ):
         split = self.split_sentences if split_sentences is None else split_sentences
+        if constraints is not None or avoid is not None or glossary is not None:
+            return self.translate_terms(inputs, split, language, alignments, (constraints, avoid, glossary), kwargs)
         if alignments:
             self.check_alignments(alignments, inputs, split, kwargs)
         if not split:
@@ -102,6 +109,37 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         if single:
             return per_text[0]
         return [answer[0] for answer in per_text] if candidates == 1 else per_text
+
+    def translate_terms(self, inputs, split: bool, language, alignments, terms: tuple, kwargs: dict):
+        """A call with terminology (evaluation/terminology.py): `constraints` and `avoid`, one list of phrases a text
+        (for one text, its list), `glossary`, a dict of source term to target term; each sentence's phrases reach
+        generate() with its row. Refused (ValueError) with alignments, several candidates, or a CTranslate2 model."""
+        from .terminology import Glossary, phrase_ids, sentence_terms
+
+        if alignments:
+            raise ValueError("alignments=True with constraints, avoid or a glossary; expected one or the other")
+        if (kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1) > 1:
+            raise ValueError("constraints, avoid or a glossary with num_return_sequences > 1; expected 1")
+        single = isinstance(inputs, str)
+        texts = [inputs] if single else list(inputs)
+        constraints, avoid, glossary = terms
+        constraints, avoid = ([value] if single and value is not None else value for value in (constraints, avoid))
+        if glossary is not None and not isinstance(glossary, Glossary):
+            glossary = Glossary.of(glossary)
+        layout = split_lines(texts, language or self.language or self.model_language(), unit="text") if split else None
+        sentences = layout.sentences if split else texts
+        required, avoided = sentence_terms(layout, sentences, constraints, avoid, glossary)
+        self._terms = (phrase_ids(self.tokenizer, required), phrase_ids(self.tokenizer, avoided))
+        try:
+            firsts = set(layout.starts) if split else set(range(len(texts)))
+            items = [Sentence(text, i in firsts, i) for i, text in enumerate(sentences)]
+            results = [r[0] if isinstance(r, list) else r for r in super().__call__(items, **kwargs)] if items else []
+        finally:
+            self._terms = (None, None)
+        translations = [result["translation_text"] for result in results]
+        joined = layout.join(translations) if split else translations
+        answers = [{"translation_text": text} for text in joined]
+        return answers[:1] if single else answers
 
     def check_alignments(self, alignments, inputs, split: bool, kwargs: dict) -> None:
         """Refuses (ValueError), before any translating, what `alignments` cannot be given for: a value other than
@@ -164,10 +202,16 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
             return super().preprocess(text, max_input_tokens)
         model_inputs = super().preprocess(text.text, max_input_tokens)
         model_inputs["first_sentence"] = torch.tensor([[int(text.first)]])  # batched with the ids, by row
+        model_inputs["sentence_index"] = torch.tensor([[text.index]])
         return model_inputs
 
     def _forward(self, model_inputs, paper_decoding=True, target_prefix=None, **generate_kwargs):
         first = model_inputs.pop("first_sentence", None)
+        index = model_inputs.pop("sentence_index", None)
+        rows = [] if index is None else index.view(-1).tolist()
+        for name, phrases in zip(("constraints", "avoid"), self._terms, strict=True):
+            if phrases is not None and any(phrases[row] for row in rows):
+                generate_kwargs[name] = [phrases[row] for row in rows]
         if first is None or target_prefix is None:
             return super()._forward(model_inputs, paper_decoding, target_prefix, **generate_kwargs)
         # A text's prefix starts its first sentence's translation only: the payload's _forward gives every row one.

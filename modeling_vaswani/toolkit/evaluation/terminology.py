@@ -50,6 +50,16 @@ class Glossary:
             terms[key], places[key] = target, number
         return cls(terms)
 
+    @classmethod
+    def of(cls, terms) -> "Glossary":
+        """A glossary from a dict of source term to target term (non-blank strs), refused (ValueError) otherwise."""
+        if not isinstance(terms, dict):
+            raise ValueError(f"glossary is a {type(terms).__name__}; expected a dict of source term to target term")
+        for source, target in terms.items():
+            if not (isinstance(source, str) and source.strip() and isinstance(target, str) and target.strip()):
+                raise ValueError(f"glossary holds {source!r}: {target!r}; expected non-blank source and target terms")
+        return cls({source.strip().casefold(): target.strip() for source, target in terms.items()})
+
     def targets(self, sentence: str) -> list[str]:
         """The target terms of the source terms `sentence` holds as whole words, in the order they appear in it."""
         folded = sentence.casefold()

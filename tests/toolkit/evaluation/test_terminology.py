@@ -109,3 +109,25 @@ def test_what_cannot_be_met_is_refused_naming_the_line(loaded):
         model, tokenizer, ["A man rides. A dog runs."], constraints=[["Fahrrad"]], split_sentences=False, **FAST
     )
     assert "Fahrrad" in both[0]
+
+
+def test_the_pipeline_takes_the_same_terms_as_translate(loaded, tmp_path):
+    """The "vaswani-translation" pipeline, per call: each text's constraints and phrases to avoid, and a glossary,
+    give what translate() gives (batched with sentences of other texts: batch_size 2 over 4 sentences)."""
+    from transformers import pipeline
+
+    model, tokenizer = loaded
+    translator = pipeline("vaswani-translation", model=model, tokenizer=tokenizer, max_new_tokens=12)
+    texts = [LINES[0] + " " + LINES[2], LINES[1], LINES[2]]
+    avoid, glossary = [["singt"], [], []], {"Snow": "Schnee", "girl": "Frau"}
+    expected = translate(model, tokenizer, texts, avoid=avoid, glossary=Glossary.of(glossary), batch_size=2, **FAST)
+    got = translator(texts, avoid=avoid, glossary=glossary, batch_size=2)
+    assert got == [{"translation_text": text} for text in expected]
+    constraints = [[], ["Hunde", "Schnee"], ["Frau"]]
+    expected = translate(model, tokenizer, texts, constraints=constraints, **FAST)
+    assert translator(texts, constraints=constraints) == [{"translation_text": text} for text in expected]
+    assert translator(LINES[1], constraints=["Hunde"]) == translator([LINES[1]], constraints=[["Hunde"]])
+    with pytest.raises(ValueError, match="alignments=True with constraints"):
+        translator(LINES[1], constraints=["Hunde"], alignments=True)
+    with pytest.raises(ValueError, match=r"glossary holds 'snow': ''; expected non-blank"):
+        translator(LINES[1], glossary={"snow": ""})
