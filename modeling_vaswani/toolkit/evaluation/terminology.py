@@ -110,10 +110,10 @@ def sentence_terms(
     if constraints is not None:
         for line, phrases in enumerate(constraints):
             if phrases and layout is not None and layout.count(line) > 1:
+                unit = layout.unit
                 raise InputError(
-                    f"line {layout.first + line} holds {layout.count(line)} sentences and constraints {phrases}: a "
-                    "line's "
-                    "constraints are its one sentence's; expected a line of one sentence, or no sentence "
+                    f"{unit} {layout.first + line} holds {layout.count(line)} sentences and constraints {phrases}: a "
+                    f"{unit}'s constraints are its one sentence's; expected a {unit} of one sentence, or no sentence "
                     "splitting (--no_split_sentences, split_sentences=False)",
                     line + 1,
                 )

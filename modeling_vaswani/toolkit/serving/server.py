@@ -46,6 +46,7 @@ from ..data.markup import Document, write_documents
 from ..evaluation.alignment import line_alignments, word_alignments
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
 from ..evaluation.scoring import score
+from ..evaluation.terminology import Glossary, check_room, phrase_ids, sentence_terms
 from ..evaluation.translate import (
     InputError,
     check_nbest,
@@ -106,6 +107,15 @@ class TranslateRequest(Strict):
         False,
         description="also answer `alignments`: each text's word alignment, [source word, target word] pairs, words "
         "counted from 0 in the text's and the translation's whitespace-separated words (a PyTorch model's attention)",
+    )
+    constraints: list[list[str]] | None = Field(
+        None,
+        description="phrases each text's translation must hold: one list a text (docs/decoding.md#terminology-"
+        "constraints-phrases-to-avoid-glossaries; the paper's decoding, a PyTorch model)",
+    )
+    avoid: list[list[str]] | None = Field(None, description="phrases each text's translation must not hold")
+    glossary: dict[str, str] | None = Field(
+        None, description="source term to target term: a sentence holding the source term holds the target term"
     )
     format: Literal["text", "html", "xml-inline"] = Field(
         "text",
@@ -186,10 +196,16 @@ def create_app(
 
     def run_translation(model, tokenizer, items: list, options: list, stop: Stop) -> list:
         num_beams, paper_decoding, nbest, max_new_tokens, alignments = options
-        sentences = [sentence for sentence, _ in items]
+        sentences = [sentence for sentence, *_ in items]
         prefixes = None
-        if any(prefix is not None for _, prefix in items):
-            prefixes = [prefix or "" for _, prefix in items]
+        if any(prefix is not None for _, prefix, *_ in items):
+            prefixes = [prefix or "" for _, prefix, *_ in items]
+        # Each sentence's phrases to hold and to avoid (the glossary's target terms among the first), from its job.
+        terms = {
+            name: [item[place] or [] for item in items]
+            for place, name in ((2, "constraints"), (3, "avoid"))
+            if any(item[place] for item in items)
+        }
         # The items are sentences already (split, where the request asked, by its checks): each translated whole.
         settings = {"paper_decoding": paper_decoding, "max_tokens": limits.max_tokens, "progress": False}
         settings["split_sentences"] = False
@@ -197,9 +213,9 @@ def create_app(
         if isinstance(model, torch.nn.Module):  # CTranslate2 decodes a batch in one call, with no step to stop at
             settings["stopping_criteria"] = StoppingCriteriaList([stop.criteria])
         if nbest:
-            lists = translate_nbest(model, tokenizer, sentences, nbest, target_prefixes=prefixes, **settings)
+            lists = translate_nbest(model, tokenizer, sentences, nbest, target_prefixes=prefixes, **terms, **settings)
             return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
-        translations = translate(model, tokenizer, sentences, target_prefixes=prefixes, **settings)
+        translations = translate(model, tokenizer, sentences, target_prefixes=prefixes, **terms, **settings)
         if not alignments:
             return translations
         pairs = word_alignments(model, tokenizer, sentences, translations, max_tokens=limits.max_tokens)
@@ -370,6 +386,35 @@ def create_app(
             raise Refused(422, "target_prefix", str(refused)) from refused
         return layout, sentences, prefixes, found
 
+    def check_terms(request: TranslateRequest, name: str, layout, sentences, prefixes, found):
+        """Each sentence's phrases to hold and to avoid (`terminology.sentence_terms`), after refusing what cannot
+        be met, naming the field: a CTranslate2 model, constraints without the paper's decoding, a count other than
+        one list a text, constraints longer than their sentence's room."""
+        given = [(field, value) for field, value in (("constraints", request.constraints), ("avoid", request.avoid),
+                 ("glossary", request.glossary)) if value is not None]  # fmt: skip
+        if not given:
+            return None, None
+        field = given[0][0]
+        model, _ = models[name]
+        if not isinstance(model, torch.nn.Module):
+            raise Refused(
+                422, field, f"{name} is a CTranslate2 export, which has no lexical constraints: serve the checkpoint "
+                "it was exported from (the PyTorch engine)",
+            )  # fmt: skip
+        if request.constraints is not None and not request.paper_decoding:
+            raise Refused(422, "constraints", "constraints need the paper's decoding; expected paper_decoding true")
+        try:
+            glossary = Glossary.of(request.glossary) if request.glossary is not None else None
+            required, avoided = sentence_terms(layout, sentences, request.constraints, request.avoid, glossary)
+            if required is not None:
+                room = output_room(model, found, request.paper_decoding, {"max_new_tokens": request.max_new_tokens})
+                ids = phrase_ids(checker.tokenizer(name), required)
+                prefix = prefix_ids(checker.tokenizer(name), prefixes, lambda: room, layout)
+                check_room(ids, prefix, room, layout.name if layout is not None else lambda n: f"text {n}")
+        except (InputError, ValueError) as refused:
+            raise Refused(422, field, str(refused)) from refused
+        return required, avoided
+
     def parse_documents(request: TranslateRequest, name: str, texts: list[str]) -> list[Document]:
         """The texts parsed as documents of `request.format`, after refusing what markup cannot go with."""
         if not isinstance(models[name][0], torch.nn.Module):
@@ -384,6 +429,7 @@ def create_app(
                 ("alignments", request.alignments),
                 ("target_prefix", request.target_prefix is not None),
                 ("split_sentences", not request.split_sentences),
+                *((term, True) for term in ("constraints", "avoid", "glossary") if getattr(request, term) is not None),
             )
             if given
         ]
@@ -423,7 +469,9 @@ def create_app(
             "translate", name, request.num_beams, request.paper_decoding, request.nbest, request.max_new_tokens,
             request.alignments,
         )  # fmt: skip
-        items = list(zip(sentences, prefixes or [None] * len(sentences), strict=True))
+        required, avoided = await checked(check_terms, request, name, layout, sentences, prefixes, found)
+        none = [None] * len(sentences)
+        items = list(zip(sentences, prefixes or none, required or none, avoided or none, strict=True))
         outputs = await work(http, key, items, sum(found)) if items else []  # only blank texts: nothing to do
         pairs = None
         if request.alignments:  # (translation, pairs) a sentence; pairs in each text's word positions
