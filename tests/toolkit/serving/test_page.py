@@ -197,3 +197,30 @@ def test_pointing_at_a_translated_word_lights_up_its_aligned_source_words(server
         assert "pointed" in span.get_attribute("class")
     shown = browser.find_elements(By.CSS_SELECTOR, "#aligned-source .word")
     assert [word.text for word in shown] == paragraph.split()
+
+
+def test_the_glossary_box_sends_its_terms_and_a_bad_line_is_named(server, browser):
+    """Terms typed as "source = target" lines reach the server as its glossary: the page shows what the API answers
+    with that glossary; a line without one "=" is named in the status, and nothing is sent."""
+    browser.get(server + "/")
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements(By.CSS_SELECTOR, "#model option"))
+    source = browser.find_element(By.ID, "source")
+    source.clear()
+    source.send_keys("\n".join(SENTENCES[:2]))
+    glossary = browser.find_element(By.ID, "glossary")
+    glossary.send_keys("Snow = Wiese\n\nbike = Rad")
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 120).until(lambda b: len(b.find_elements(By.CSS_SELECTOR, "#translations li")) == 2)
+    shown = [item.text for item in browser.find_elements(By.CSS_SELECTOR, "#translations li")]
+    _, answer = post(f"{server}/translate", {"text": SENTENCES[:2], "glossary": {"Snow": "Wiese", "bike": "Rad"}})
+    _, free = post(f"{server}/translate", {"text": SENTENCES[:2]})
+    assert shown == [text.strip() for text in answer["translations"]]
+    assert answer["translations"] != free["translations"]  # the terms changed something
+    glossary.clear()
+    glossary.send_keys("snow Wiese")
+    browser.find_element(By.ID, "translate").click()
+    WebDriverWait(browser, 30).until(lambda b: b.find_element(By.ID, "status").get_attribute("class") == "error")
+    assert (
+        'glossary line 1: "snow Wiese"; expected "source term = target term"'
+        in browser.find_element(By.ID, "status").text
+    )
