@@ -299,21 +299,28 @@ class LexicalConstraints(FollowsTheBatch):
         three sources), those already there left out; rows padded with `excluded`."""
         searching, k = running_scores.shape
         totals = log_probs.view(searching, k, -1) + running_scores[:, :, None]
-        best = totals.argmax(dim=-1).tolist()
-        extra_scores, extra_beams, extra_tokens = [], [], []
+        best, live = totals.argmax(dim=-1).tolist(), (running_scores > excluded / 2).tolist()
+        beams, tokens = beam.tolist(), token.tolist()
+        extra_beams, extra_tokens, places = [], [], []
         for s in range(searching):
-            seen = set(zip(beam[s].tolist(), token[s].tolist(), strict=True))
             row = []
-            for j in range(k):
-                if running_scores[s, j] <= excluded / 2:  # a copy of the start, not yet a hypothesis
-                    continue
-                for t in sorted({best[s][j], *advancing_tokens(self.phrases[s], self.progress[s][j])}):
-                    if (j, t) not in seen:
-                        seen.add((j, t))
-                        row.append((j, t))
+            if self.phrases[s]:  # a sentence without phrases searches as without constraints
+                seen = set(zip(beams[s], tokens[s], strict=True))
+                for j in range(k):
+                    if not live[s][j]:  # a copy of the start, not yet a hypothesis
+                        continue
+                    for t in sorted({best[s][j], *advancing_tokens(self.phrases[s], self.progress[s][j])}):
+                        if (j, t) not in seen:
+                            seen.add((j, t))
+                            row.append((j, t))
             extra_beams.append([j for j, _ in row])
             extra_tokens.append([t for _, t in row])
-            extra_scores.append([float(totals[s, j, t]) for j, t in row])
+            places += [(s, j, t) for j, t in row]
+        flat = totals[tuple(zip(*places, strict=True))].tolist() if places else []
+        extra_scores = []
+        for row in extra_beams:
+            extra_scores.append(flat[: len(row)])
+            flat = flat[len(row) :]
         width = max(map(len, extra_beams))
         if not width:
             return chosen_scores, beam, token
@@ -326,8 +333,11 @@ class LexicalConstraints(FollowsTheBatch):
         )
 
     def candidates_progress(self, beam: torch.Tensor, token: torch.Tensor) -> list[list[Progress]]:
+        """Each candidate's standing: its hypothesis's, after its token."""
         return [
             [advance(self.phrases[s], self.progress[s][j], t) for j, t in zip(beams, tokens, strict=True)]
+            if self.phrases[s]
+            else [Progress()] * len(beams)
             for s, (beams, tokens) in enumerate(zip(beam.tolist(), token.tolist(), strict=True))
         ]
 

@@ -5,9 +5,9 @@ one), never tracked step by step as the package does. Its rules are those `searc
 `guidance_vaswani.LexicalConstraints` state:
 
 - a hypothesis that does not hold all its phrases may not end (</s> ruled out), but its length limit ends it;
-- the candidates: the 2k likeliest continuations of the k live hypotheses (by log P), then, for each live hypothesis
-  in turn, its likeliest token and each token that takes it further through a phrase, in token order, leaving out
-  those already there;
+- the candidates: the 2k likeliest continuations of the k live hypotheses (by log P), then, where the sentence has
+  phrases, for each live hypothesis in turn, its likeliest token and each token that takes it further through a
+  phrase, in token order, leaving out those already there;
 - of the first k, those that end join the finished ones, and so does every candidate that ends holding all its
   sentence's phrases (where it has any): those holding every phrase rank first, then by log P / lp(Y);
 - the k that live on are chosen among those that do not end by banks (constraint tokens met): k // (C + 1) places
@@ -75,6 +75,8 @@ def constrained_search(model, source, phrases, beams, alpha, limit, returned, pr
         candidates = continuations[: 2 * beams]
         seen = {(rank, token) for _, rank, token in candidates}
         for rank, ((tokens, log_p), scores) in enumerate(zip(live, next_scores, strict=True)):
+            if not phrases:  # a sentence without phrases searches as without constraints
+                break
             best = max(range(len(scores)), key=lambda t: (scores[t], -t))
             for token in sorted({best, *advancing(tokens, phrases)}):
                 if (rank, token) not in seen:
