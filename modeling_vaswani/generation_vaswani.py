@@ -29,15 +29,16 @@ from transformers.generation import (
 
 from .decoding_vaswani import DecoderSteps, Recorder, default_synced_gpus, eos_token_ids, greedy_search, may_shrink
 from .guidance_vaswani import (
+    AvoidPhrases,
     EnsembleSteps,
     LexicalConstraints,
+    TargetPrefix,
     check_avoid,
     check_constraints,
     check_ensemble,
     check_target_prefix,
     is_int,
-    with_avoid,
-    with_target_prefix,
+    with_processor,
 )
 from .search_vaswani import MaxLengthPerSentence, beam_search, sentence_limits
 
@@ -302,9 +303,9 @@ class VaswaniGenerationMixin(GenerationMixin):
                 new_tokens = stock_output_length(settings["max_new_tokens"], settings["max_length"])
                 room = [new_tokens] * (len(input_ids) if input_ids is not None else len(target_prefix))
                 prefixes = check_target_prefix(target_prefix, self.config.vocab_size, room)
-                with_target_prefix(kwargs, prefixes, self.device)
+                with_processor(kwargs, TargetPrefix(prefixes, self.device))
             if avoid is not None:
-                with_avoid(kwargs, check_avoid(avoid, self, rows or len(avoid)))
+                with_processor(kwargs, AvoidPhrases(check_avoid(avoid, self, rows or len(avoid))))
             return super().generate(*args, **kwargs)
         if input_ids is None:
             raise ValueError("paper_decoding needs input_ids to know each sentence's length")
@@ -317,11 +318,11 @@ class VaswaniGenerationMixin(GenerationMixin):
         prefixes = None
         if target_prefix is not None:
             prefixes = check_target_prefix(target_prefix, self.config.vocab_size, (limits - 1).tolist())
-            with_target_prefix(kwargs, prefixes, self.device)
+            with_processor(kwargs, TargetPrefix(prefixes, self.device))
         if constraints is not None:
             constraints = check_constraints(constraints, self.config.vocab_size, (limits - 1).tolist(), prefixes)
         if avoid is not None:
-            with_avoid(kwargs, check_avoid(avoid, self, rows, constraints))
+            with_processor(kwargs, AvoidPhrases(check_avoid(avoid, self, rows, constraints)))
 
         kwargs.pop("length_penalty", None)
         kwargs["num_beams"] = settings["num_beams"]

@@ -97,13 +97,19 @@ def check_phrase_lists(value, name: str, vocab_size: int, sentences: int) -> lis
     return [[list(phrase) for phrase in phrases] for phrases in value]
 
 
+def overflows(phrases: list[list[int]], prefix_length: int, room: int) -> bool:
+    """The constraints' room rule, its one home: a sentence's phrases, with its target prefix, are more tokens than
+    the `room` its translation may have."""
+    return bool(phrases) and sum(map(len, phrases)) + prefix_length > room
+
+
 def check_constraints(constraints, vocab_size: int, room: list[int], prefixes=None) -> list[list[list[int]]]:
     """`check_phrase_lists`, and refuses phrases whose tokens, with the sentence's target prefix, are more than its
     `room` of new tokens holds."""
     checked = check_phrase_lists(constraints, "constraints", vocab_size, len(room))
     for number, (phrases, limit) in enumerate(zip(checked, room, strict=True)):
         prefix = len(prefixes[number]) if prefixes is not None else 0
-        if phrases and sum(map(len, phrases)) + prefix > limit:
+        if overflows(phrases, prefix, limit):
             raise ValueError(
                 f"constraints[{number}] hold {sum(map(len, phrases))} tokens (phrases {phrases})"
                 + (f" and its target prefix {prefix}" if prefix else "")
@@ -136,10 +142,10 @@ def check_ensemble(model, ensemble, paper_decoding: bool) -> tuple:
     return tuple(ensemble)
 
 
-def with_target_prefix(kwargs: dict, target_prefix: list[list[int]], device: torch.device) -> None:
-    """generate()'s logits processors, `TargetPrefix` added."""
+def with_processor(kwargs: dict, processor: LogitsProcessor) -> None:
+    """generate()'s logits processors, `processor` (a `TargetPrefix`, `AvoidPhrases`) added."""
     processors = LogitsProcessorList(kwargs.get("logits_processor") or [])
-    processors.append(TargetPrefix(target_prefix, device))
+    processors.append(processor)
     kwargs["logits_processor"] = processors
 
 
@@ -411,10 +417,3 @@ def check_avoid(avoid, model, sentences: int, constraints=None) -> list[list[lis
                         "sentence holds: expected phrases to avoid that no required one holds"
                     )
     return checked
-
-
-def with_avoid(kwargs: dict, avoid: list[list[list[int]]]) -> None:
-    """generate()'s logits processors, `AvoidPhrases` added."""
-    processors = LogitsProcessorList(kwargs.get("logits_processor") or [])
-    processors.append(AvoidPhrases(avoid))
-    kwargs["logits_processor"] = processors

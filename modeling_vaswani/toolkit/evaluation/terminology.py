@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...guidance_vaswani import overflows
 from ..data.sentences import Layout
 from .errors import InputError
 
@@ -141,8 +142,7 @@ def check_room(constraints, prefixes, room: list[int], name_sentence) -> None:
     may have, naming it (`name_sentence(number)`, from 1) and its phrases."""
     for index, (phrases, limit) in enumerate(zip(constraints, room, strict=True)):
         prefix = len(prefixes[index]) if prefixes is not None else 0
-        needed = sum(map(len, phrases)) + prefix
-        if phrases and needed > limit:
+        if overflows(phrases, prefix, limit):
             with_prefix = f" and its target prefix {prefix}" if prefix else ""
             tokens = sum(map(len, phrases))
             raise InputError(
