@@ -320,7 +320,7 @@ class VaswaniGenerationMixin(GenerationMixin):
             prefixes = check_target_prefix(target_prefix, self.config.vocab_size, (limits - 1).tolist())
             with_processor(kwargs, TargetPrefix(prefixes, self.device))
         if constraints is not None:
-            constraints = check_constraints(constraints, self.config.vocab_size, (limits - 1).tolist(), prefixes)
+            constraints = check_constraints(constraints, self.config, (limits - 1).tolist(), prefixes)
         if avoid is not None:
             with_processor(kwargs, AvoidPhrases(check_avoid(avoid, self, rows, constraints)))
 

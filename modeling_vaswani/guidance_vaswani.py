@@ -103,10 +103,21 @@ def overflows(phrases: list[list[int]], prefix_length: int, room: int) -> bool:
     return bool(phrases) and sum(map(len, phrases)) + prefix_length > room
 
 
-def check_constraints(constraints, vocab_size: int, room: list[int], prefixes=None) -> list[list[list[int]]]:
-    """`check_phrase_lists`, and refuses phrases whose tokens, with the sentence's target prefix, are more than its
-    `room` of new tokens holds."""
-    checked = check_phrase_lists(constraints, "constraints", vocab_size, len(room))
+def check_constraints(constraints, config, room: list[int], prefixes=None) -> list[list[list[int]]]:
+    """`check_phrase_lists`, and refuses a phrase holding a special id (the end of sentence, which a hypothesis may
+    write only once its phrases are all met; the padding; the decoder's start), and phrases whose tokens, with the
+    sentence's target prefix, are more than its `room` of new tokens holds."""
+    checked = check_phrase_lists(constraints, "constraints", config.vocab_size, len(room))
+    ends = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    special = {*ends, config.pad_token_id, config.decoder_start_token_id} - {None}
+    for number, phrases in enumerate(checked):
+        for place, phrase in enumerate(phrases):
+            if special & set(phrase):
+                raise ValueError(
+                    f"constraints[{number}][{place}] is {phrase}, which holds the special id(s) "
+                    f"{sorted(special & set(phrase))} (end of sentence, padding or decoder start): expected phrases "
+                    "of words"
+                )
     for number, (phrases, limit) in enumerate(zip(checked, room, strict=True)):
         prefix = len(prefixes[number]) if prefixes is not None else 0
         if overflows(phrases, prefix, limit):

@@ -16,7 +16,7 @@ from helpers.reference_search import (
     paper_generate,
     random_model,
 )
-from helpers.tiny_models import EOS, padded_batch
+from helpers.tiny_models import EOS, PAD, padded_batch
 
 from modeling_vaswani.decoding_vaswani import DecoderSteps
 from modeling_vaswani.guidance_vaswani import Progress, advance, allocate
@@ -164,6 +164,11 @@ REFUSED = {
     "a negative id": ([[], [[-1]]], r"constraints\[1\]\[0\] is \[-1\]; expected token ids from 0 to 60"),
     "an empty phrase": ([[[5], []], []], r"constraints\[0\]\[1\] is \[\]; expected a non-empty list"),
     "a phrase not a list": ([[5], []], r"constraints\[0\]\[0\] is 5; expected a non-empty list"),
+    "the end of sentence": (
+        [[[5, EOS]], []],
+        r"constraints\[0\]\[0\] is \[5, 2\], which holds the special id\(s\) \[2\]",
+    ),
+    "the padding": ([[], [[PAD, 7]]], r"constraints\[1\]\[0\] is \[1, 7\], which holds the special id\(s\) \[1\]"),
     "one list too few": ([[[5]]], r"constraints has 1 entries; expected a list of 2 lists of phrases"),
     "more tokens than the limit leaves": ([[[5] * 30, [6] * 30], []], r"constraints\[0\] hold 60 tokens .*sentence 0"),
 }
