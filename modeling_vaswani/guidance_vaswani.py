@@ -6,6 +6,7 @@ translation must hold (`LexicalConstraints`: dynamic beam allocation, Post and V
 
 import math
 import numbers
+from typing import NamedTuple
 
 import torch
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
@@ -206,22 +207,12 @@ class EnsembleSteps:
 # no library on the registry offers it for a search it does not own.
 
 
-class Progress(tuple):
+class Progress(NamedTuple):
     """Where one hypothesis stands against its sentence's phrases: `met`, a bitmask of the phrases it has written
     whole, and `partial`, the (phrase, tokens matched) pairs its last tokens have begun."""
 
-    __slots__ = ()
-
-    def __new__(cls, met: int = 0, partial: tuple = ()):
-        return super().__new__(cls, (met, partial))
-
-    @property
-    def met(self) -> int:
-        return self[0]
-
-    @property
-    def partial(self) -> tuple:
-        return self[1]
+    met: int = 0
+    partial: tuple = ()
 
 
 def advance(phrases: list[list[int]], progress: Progress, token: int) -> Progress:
@@ -315,9 +306,14 @@ class LexicalConstraints(FollowsTheBatch):
         hypothesis's likeliest token and every token that takes it further through its phrases (Post and Vilar's
         three sources), those already there left out; rows padded with `excluded`."""
         searching, k = running_scores.shape
-        totals = log_probs.view(searching, k, -1) + running_scores[:, :, None]
-        best, live = totals.argmax(dim=-1).tolist(), (running_scores > excluded / 2).tolist()
+        best, live = (
+            log_probs.max(dim=-1).indices.view(searching, k).tolist(),
+            (running_scores > excluded / 2).tolist(),
+        )
         beams, tokens = beam.tolist(), token.tolist()
+        self.advancing = [
+            [advancing_tokens(self.phrases[s], p) for p in states] for s, states in enumerate(self.progress)
+        ]
         extra_beams, extra_tokens, places = [], [], []
         for s in range(searching):
             row = []
@@ -326,21 +322,22 @@ class LexicalConstraints(FollowsTheBatch):
                 for j in range(k):
                     if not live[s][j]:  # a copy of the start, not yet a hypothesis
                         continue
-                    for t in sorted({best[s][j], *advancing_tokens(self.phrases[s], self.progress[s][j])}):
+                    for t in sorted({best[s][j], *self.advancing[s][j]}):
                         if (j, t) not in seen:
                             seen.add((j, t))
                             row.append((j, t))
             extra_beams.append([j for j, _ in row])
             extra_tokens.append([t for _, t in row])
-            places += [(s, j, t) for j, t in row]
-        flat = totals[tuple(zip(*places, strict=True))].tolist() if places else []
+            places += [(s * k + j, t) for j, t in row]
+        width = max(map(len, extra_beams))
+        if not width:
+            return chosen_scores, beam, token
+        rows, columns = zip(*places, strict=True)
+        flat = (log_probs[rows, columns] + running_scores.flatten()[list(rows)]).tolist()
         extra_scores = []
         for row in extra_beams:
             extra_scores.append(flat[: len(row)])
             flat = flat[len(row) :]
-        width = max(map(len, extra_beams))
-        if not width:
-            return chosen_scores, beam, token
         pad = lambda rows, value: [row + [value] * (width - len(row)) for row in rows]  # noqa: E731
         device = chosen_scores.device
         return (
@@ -350,13 +347,22 @@ class LexicalConstraints(FollowsTheBatch):
         )
 
     def candidates_progress(self, beam: torch.Tensor, token: torch.Tensor) -> list[list[Progress]]:
-        """Each candidate's standing: its hypothesis's, after its token."""
-        return [
-            [advance(self.phrases[s], self.progress[s][j], t) for j, t in zip(beams, tokens, strict=True)]
-            if self.phrases[s]
-            else [Progress()] * len(beams)
-            for s, (beams, tokens) in enumerate(zip(beam.tolist(), token.tolist(), strict=True))
-        ]
+        """Each candidate's standing: its hypothesis's, after its token. A token that takes the hypothesis no further
+        (widen's `advancing` sets) leaves it its met phrases and no begun one: `advance` is asked only for the rest."""
+        rows = []
+        for s, (beams, tokens) in enumerate(zip(beam.tolist(), token.tolist(), strict=True)):
+            phrases, states = self.phrases[s], self.progress[s]
+            if not phrases:
+                rows.append([Progress()] * len(beams))
+                continue
+            stopped = [Progress(p.met) for p in states]
+            rows.append(
+                [
+                    advance(phrases, states[j], t) if t in self.advancing[s][j] else stopped[j]
+                    for j, t in zip(beams, tokens, strict=True)
+                ]
+            )
+        return rows
 
     def bound(self, device) -> torch.Tensor:
         """Whether each sentence has phrases to hold."""
@@ -375,7 +381,11 @@ class LexicalConstraints(FollowsTheBatch):
         for s, (scores, states) in enumerate(zip(live_scores.tolist(), progress, strict=True)):
             top_bank = sum(map(len, self.phrases[s]))
             valid = [i for i, score in enumerate(scores) if score > excluded / 2]
-            banks = [min(met_tokens(self.phrases[s], states[i]), top_bank) for i in valid]
+            bank_of = {}  # candidates share few standings
+            for i in valid:
+                if states[i] not in bank_of:
+                    bank_of[states[i]] = min(met_tokens(self.phrases[s], states[i]), top_bank)
+            banks = [bank_of[states[i]] for i in valid]
             chosen = [valid[i] for i in allocate([scores[i] for i in valid], banks, k, top_bank)]
             chosen += sorted(set(range(len(scores))) - set(chosen), key=lambda i: -scores[i])[: k - len(chosen)]
             keep.append(chosen)
