@@ -30,6 +30,14 @@ def test_term_accuracy_counts_whole_words_in_any_case():
     assert benchmark.term_accuracy(sources, translations, glossary) == (2, 4)
 
 
+def test_a_phrase_is_held_where_it_begins_a_word_and_counted_apart_where_it_also_ends_one():
+    translations = ["Ein Schlagzeugers spielt.", "Die Frau, rote Jacke", "Zweimal"]
+    constraints = [["Schlagzeuger", "spielt."], ["rote Jacke", "Frau", "Jacke,"], ["mal"]]
+    # held: Schlagzeuger (word start, more of the word follows), spielt., rote Jacke, Frau; not "Jacke," nor "mal"
+    # (inside "Zweimal"); whole words: spielt., rote Jacke, Frau
+    assert benchmark.satisfied(translations, constraints) == (4, 3, 6)
+
+
 def test_the_kept_sample_is_the_seeded_draw_over_test2016():
     rows = [json.loads(line) for line in Path(benchmark.SAMPLE).read_text(encoding="utf-8").splitlines()]
     references = read_sentences(multi30k_files("test", languages=("en", "de"))["de"])

@@ -107,7 +107,22 @@ MIXED = [  # (path, body): every endpoint, several options
     ("score", {"source": SENTENCES, "target": [target for _, target in TINY_PAIRS]}),
     ("attention", {"text": SENTENCES[1]}),
     ("attention", {"text": SENTENCES[2], "layers": [1], "heads": [0, 2]}),
+    # terminology: each request's own phrases, so that one request's could leak into another's only by a fault
+    ("translate", {"text": SENTENCES, "constraints": [["Fahrrad"], [], ["Frau"]], "avoid": [[], ["Schnee"], []]}),
+    ("translate", {"text": SENTENCES, "glossary": {"snow": "Wiese"}, "nbest": 2, "num_beams": 3}),
+    ("translate", {"text": SENTENCES[1], "avoid": [["Hunde"]], "paper_decoding": False}),
+    ("translate", {"text": SENTENCES[0], "constraints": [["Mädchen singt"]], "target_prefix": "Ein"}),
 ]
+# MIXED's index: (phrase, number of the text)
+HELD = {9: [("Fahrrad", 0), ("Frau", 2)], 10: [("Wiese", 1)], 12: [("Mädchen singt", 0)]}
+AVOIDED = {9: [("Schnee", 1)], 11: [("Hunde", 0)]}
+
+
+def translation(answer: dict, text: int) -> str:
+    """A /translate answer's text number `text` (its best hypothesis where the request asked for n-best lists); a
+    request of one text is answered with one."""
+    found = answer["translations"] if isinstance(answer["translations"], str) else answer["translations"][text]
+    return found[0]["translation"] if isinstance(found, list) else found
 
 
 def same(answer, expected) -> bool:
@@ -129,10 +144,15 @@ def same(answer, expected) -> bool:
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_many_rounds_of_many_clients_on_every_endpoint_get_a_lone_clients_answers(server):
     """5 rounds of 24 clients at once, each sending the mixed requests in its own order: all 200, each answer the one
-    a lone client got for the same request (`same`). The old server refused 0-49% of such requests with a tokenizer
-    error and answered overlapping /attention requests with layers missing."""
+    a lone client got for the same request (`same`), requests with their own constraints, phrases to avoid and
+    glossaries among them (the lone answers checked to hold and avoid them). The old server refused 0-49% of such
+    requests with a tokenizer error and answered overlapping /attention requests with layers missing."""
     alone = [call(f"{server}/{path}", body) for path, body in MIXED]
     assert all(status == 200 for status, _, _ in alone), [answer for _, _, answer in alone]
+    for index, phrases in HELD.items():  # the lone answers are right, so that being the same means right
+        assert all(phrase in translation(alone[index][2], text) for phrase, text in phrases), alone[index][2]
+    for index, phrases in AVOIDED.items():
+        assert not any(phrase in translation(alone[index][2], text) for phrase, text in phrases), alone[index][2]
     failures, differing = [], []
 
     def client(number: int):
