@@ -52,6 +52,26 @@ def test_the_files_terms_are_the_librarys(trained, files, tmp_path, capsys):
     assert "Frau" in lines[2] and "singt" not in lines[2]
 
 
+def test_phrases_to_avoid_hold_without_the_papers_decoding_too(trained, files, capsys):
+    """Negative constraints are for both decoding modes (issue 44): the command's greedy or transformers' beam search
+    keeps them out as the library does."""
+    source, _, avoid, _ = files
+    for beams in (1, 2):
+        argv = [trained, "--input", source, "--avoid", avoid, "--no_paper_decoding", "--num_beams", beams, *OPTIONS]
+        code, out, err = run(argv, capsys)
+        assert code == 0, err
+        model, tokenizer = load_translator(str(trained))
+        free = translate(
+            model, tokenizer, LINES, paper_decoding=False, num_beams=beams, max_new_tokens=12, progress=False
+        )
+        assert "singt" in free[2]  # so that keeping it out is the avoid file's doing
+        expected = translate(
+            model, tokenizer, LINES, avoid=[[], [], ["singt"]], paper_decoding=False, num_beams=beams,
+            max_new_tokens=12, progress=False,
+        )  # fmt: skip
+        assert out.split("\n") == [*expected, ""] and "singt" not in out
+
+
 def test_n_best_lists_hold_the_constraints(trained, files, capsys):
     source, constraints, _, _ = files
     code, out, err = run([trained, "--input", source, "--constraints", constraints, "--nbest", 2, *OPTIONS], capsys)
@@ -81,10 +101,13 @@ def test_terms_that_cannot_be_used_are_refused_before_any_model_loads(trained, f
             assert (
                 f"{option} need(s) the paper's search with lexical constraints; {model} runs on CTranslate2" in error
             )
-    for clash, named in ((["--alignments"], "--alignments"), (["--no_paper_decoding"], "--no_paper_decoding")):
-        argv = [trained, "--input", source, "--constraints", constraints, *clash]
+    argv = [trained, "--input", source, "--avoid", avoid, "--alignments"]
+    error = refused(translate_command.main, argv, capsys, one_line=False)
+    assert "--avoid go(es) without --alignments; drop --alignments" in error
+    for option, path in (("--constraints", constraints), ("--glossary", glossary)):
+        argv = [trained, "--input", source, option, path, "--avoid", avoid, "--no_paper_decoding"]
         error = refused(translate_command.main, argv, capsys, one_line=False)
-        assert f"--constraints go with neither --alignments nor --no_paper_decoding; drop {named}" in error
+        assert f"{option} need(s) the paper's decoding; drop --no_paper_decoding" in error
     error = refused(
         translate_command.main, [trained, "--input", source, "--glossary", glossary, "--format", "xml-inline"],
         capsys, one_line=False,

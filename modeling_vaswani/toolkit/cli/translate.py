@@ -147,9 +147,11 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     if arguments.alignments and arguments.nbest:
         parser.error("--alignments aligns each line's one translation; drop --nbest or --alignments")
     terms = terminology_options(arguments)
-    if terms and (arguments.alignments or arguments.no_paper_decoding):
-        other = "--alignments" if arguments.alignments else "--no_paper_decoding"
-        parser.error(f"{' and '.join(terms)} go with neither --alignments nor --no_paper_decoding; drop {other}")
+    if terms and arguments.alignments:
+        parser.error(f"{' and '.join(terms)} go(es) without --alignments; drop --alignments")
+    required = [option for option in terms if option != "--avoid"]  # phrases to avoid hold in both decodings
+    if required and arguments.no_paper_decoding:
+        parser.error(f"{' and '.join(required)} need(s) the paper's decoding; drop --no_paper_decoding")
     if arguments.source_lang is not None and arguments.no_split_sentences:
         parser.error("--source_lang chooses how lines are split into sentences; drop it or --no_split_sentences")
     if arguments.format is None:
