@@ -279,6 +279,7 @@ class LexicalConstraints(FollowsTheBatch):
         self.phrases = phrases
         self.progress = [[Progress()] * k for _ in phrases]
         self.eos_token_ids = ends
+        self.advancing: list[list[set[int]]] = []  # each live hypothesis's, set by widen for candidates_progress
 
     def select(self, sentences: torch.Tensor) -> None:
         kept = sentences.tolist()
