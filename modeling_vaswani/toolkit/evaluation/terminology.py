@@ -7,11 +7,12 @@ allocation) or a phrase it avoids (guidance_vaswani.AvoidPhrases).
   its constraints, for its one sentence (a line that splits into several is refused: which sentence should hold
   them?).
 - A glossary (`Glossary`: source term TAB target term, one a line) adds to each sentence the target term of every
-  source term it holds, as whole words, case-insensitively (Unicode case folding); the target term is used as
-  written.
+  source term it holds, as whole words, compared after NFKC normalization and Unicode case folding (`fold`); the
+  target term is used as written.
 """
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,18 +21,44 @@ from ...guidance_vaswani import overflows
 from ..data.sentences import Layout
 from .errors import InputError
 
+WORD = re.compile(r"\w+")
+
+
+def fold(text: str) -> str:
+    """How glossary terms and sentences are compared: NFKC (one form for "é" typed as one character or two, "ﬁ" as
+    "fi"), then Unicode case folding ("SNOW", "Snow" and "snow" alike, "Straße" as "strasse")."""
+    return unicodedata.normalize("NFKC", text).casefold()
+
 
 @dataclass
 class Glossary:
-    """Source terms and the target term each must be translated by."""
+    """Source terms and the target term each must be translated by. `terms` is keyed by the folded source term
+    (`fold`). A sentence is searched only for the terms whose first word it holds (an index by that word): the same
+    answers as searching it for every term, at a cost that grows with the sentence, not the glossary (measured in
+    docs/decoding.md). Written by hand: of the registry's phrase matchers, pyahocorasick finds substrings, not whole
+    words, and flashtext (no release since 2018) takes ASCII letters for its word characters."""
 
     terms: dict[str, str]
+
+    def __post_init__(self):
+        self.terms = {fold(source): target for source, target in self.terms.items()}
+        self._patterns = {source: re.compile(rf"(?<!\w){re.escape(source)}(?!\w)") for source in self.terms}
+        # A match of a term holds the term's first word as a whole word of the sentence: the term's edges are word
+        # edges in the sentence, and inside the term that word is bounded by what is not a word character.
+        self._by_first_word: dict[str, list[str]] = {}
+        self._wordless = []  # terms with no word character ("++"): searched in every sentence
+        for source in self.terms:
+            first = WORD.search(source)
+            if first:
+                self._by_first_word.setdefault(first.group(), []).append(source)
+            else:
+                self._wordless.append(source)
 
     @classmethod
     def read(cls, path: str | Path) -> "Glossary":
         """A glossary file: UTF-8, one `source term<TAB>target term` a line (blank lines skipped). Refuses a line
-        without exactly one tab, an empty term, and a source term given twice with different targets, naming the
-        file and line."""
+        without exactly one tab, an empty term, and a source term given twice (as `fold` compares them) with
+        different targets, naming the file and line."""
         terms: dict[str, str] = {}
         places: dict[str, int] = {}
         text = Path(path).read_text(encoding="utf-8")
@@ -42,7 +69,7 @@ class Glossary:
             if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
                 raise ValueError(f"{path}, line {number}: {line!r}; expected a source term, one tab and a target term")
             source, target = parts[0].strip(), parts[1].strip()
-            key = source.casefold()
+            key = fold(source)
             if key in terms and terms[key] != target:
                 raise ValueError(
                     f"{path}, line {number}: {source!r} is also on line {places[key]} with another target term "
@@ -53,22 +80,32 @@ class Glossary:
 
     @classmethod
     def of(cls, terms) -> "Glossary":
-        """A glossary from a dict of source term to target term (non-blank strs), refused (ValueError) otherwise."""
+        """A glossary from a dict of source term to target term (non-blank strs), refused (ValueError) otherwise, and
+        where two source terms are one as `fold` compares them but have different targets."""
         if not isinstance(terms, dict):
             raise ValueError(f"glossary is a {type(terms).__name__}; expected a dict of source term to target term")
+        folded: dict[str, tuple[str, str]] = {}
         for source, target in terms.items():
             if not (isinstance(source, str) and source.strip() and isinstance(target, str) and target.strip()):
                 raise ValueError(f"glossary holds {source!r}: {target!r}; expected non-blank source and target terms")
-        return cls({source.strip().casefold(): target.strip() for source, target in terms.items()})
+            key = fold(source.strip())
+            if key in folded and folded[key][1] != target.strip():
+                raise ValueError(
+                    f"glossary holds {folded[key][0]!r}: {folded[key][1]!r} and {source!r}: {target!r}, one source "
+                    "term in another case or form; expected one target term a source term"
+                )
+            folded[key] = (source, target.strip())
+        return cls({key: target for key, (_, target) in folded.items()})
 
     def targets(self, sentence: str) -> list[str]:
         """The target terms of the source terms `sentence` holds as whole words, in the order they appear in it."""
-        folded = sentence.casefold()
+        folded = fold(sentence)
+        candidates = {source for word in set(WORD.findall(folded)) for source in self._by_first_word.get(word, ())}
         found = []
-        for source, target in self.terms.items():
-            match = re.search(rf"(?<!\w){re.escape(source)}(?!\w)", folded)
+        for source in [*candidates, *self._wordless]:
+            match = self._patterns[source].search(folded)
             if match:
-                found.append((match.start(), target))
+                found.append((match.start(), self.terms[source]))
         return list(dict.fromkeys(target for _, target in sorted(found)))
 
 

@@ -3,9 +3,14 @@ given as text reach generate() as the token ids they have inside a sentence; eac
 constraints and none of its phrases to avoid; glossary terms are found as whole words; what cannot be met is refused
 naming the line. The references are generate() called directly and the tokenizer's own ids."""
 
+import random
+import re
+import unicodedata
+
 import pytest
 from helpers.training_setup import TINY_PAIRS, trained_tiny_checkpoint
 
+from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.evaluation.terminology import Glossary
 from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
 from modeling_vaswani.toolkit.serving.engines import load_translator
@@ -70,6 +75,54 @@ def test_a_glossary_adds_its_target_term_to_the_sentences_holding_the_source_ter
     assert got[1] == free[1]  # "snowman" does not hold the word "snow"
     assert "Mädchen" in got[2]  # "girl's": a word boundary at the apostrophe
     assert glossary.targets("snow, SNOW and Snow; a girl") == ["Schnee", "Mädchen"]
+
+
+def term_by_term(terms: dict[str, str]):
+    """The second implementation: every term searched for in the sentence, as whole words, after NFKC and case
+    folding; targets in the order their terms first appear (ties by target), each once."""
+    fold = lambda text: unicodedata.normalize("NFKC", text).casefold()  # noqa: E731
+    patterns = [(re.compile(rf"(?<!\w){re.escape(fold(source))}(?!\w)"), target) for source, target in terms.items()]
+
+    def scan(sentence: str) -> list[str]:
+        found = [(match.start(), target) for pattern, target in patterns if (match := pattern.search(fold(sentence)))]
+        return list(dict.fromkeys(target for _, target in sorted(found)))
+
+    return scan
+
+
+def test_glossary_terms_are_found_as_a_term_by_term_scan_finds_them():
+    """Glossary.targets looks up only the terms whose first word a sentence holds: on 2,000 Multi30k sentences and
+    600 terms of every shape (one word, several, punctuation inside or at the edges, no word character at all, case
+    and Unicode forms), the same targets, in the same order, as scanning for every term."""
+    sources = read_sentences(multi30k_files("train", languages=("en", "de"))["en"])[:2000]
+    words = sorted({word for sentence in sources for word in sentence.split()})
+    rng = random.Random(44)
+    terms = {}
+    for number in range(600):
+        start = rng.randrange(len(words) - 3)
+        term = " ".join(words[start : start + rng.choice([1, 1, 2, 3])])  # edge punctuation kept: "dog." "(red"
+        term = term.upper() if number % 7 == 0 else term
+        if term.casefold() not in {known.casefold() for known in terms}:  # one target a term (refused otherwise)
+            terms[term] = f"T{number}"
+    terms.update({"++": "plus", ".net": "dotnet", "e-mail": "Mail", "café": "Café", "ﬁle": "Datei", "a": "ein"})
+    sentences = [*sources, "Send an E-MAIL from the cafe\u0301 about ++ and .NET (not C++).", "A file, a café."]
+    glossary, scan = Glossary.of(terms), term_by_term(terms)
+    found = 0
+    for sentence in sentences:
+        expected = scan(sentence)
+        assert glossary.targets(sentence) == expected, sentence
+        found += len(expected)
+    assert found > 2000  # most sentences hold some term: the comparison is not of empty lists
+    assert glossary.targets(sentences[-2]) == ["Mail", "Café", "plus", "dotnet"]  # "café" typed as e + U+0301
+    assert glossary.targets(sentences[-1]) == ["ein", "Datei", "Café"]  # "ﬁle" (one ligature character) is "file"
+
+
+def test_a_glossary_refuses_one_source_term_twice_with_two_targets():
+    with pytest.raises(ValueError, match="'Bike': 'Rad' and 'bike': 'Fahrrad', one source term in another case"):
+        Glossary.of({"Bike": "Rad", "bike": "Fahrrad"})
+    with pytest.raises(ValueError, match="one source term in another case or form"):
+        Glossary.of({"café": "Café", "cafe\u0301": "Kaffeehaus"})
+    assert Glossary.of({"Bike": "Fahrrad", "bike": "Fahrrad"}).terms == {"bike": "Fahrrad"}
 
 
 def test_glossary_files_are_read_and_refused_by_file_and_line(tmp_path):
