@@ -109,7 +109,7 @@ def check_constraints(constraints, config, room: list[int], prefixes=None) -> li
     write only once its phrases are all met; the padding; the decoder's start), and phrases whose tokens, with the
     sentence's target prefix, are more than its `room` of new tokens holds."""
     checked = check_phrase_lists(constraints, "constraints", config.vocab_size, len(room))
-    ends = config.eos_token_id if isinstance(config.eos_token_id, list) else [config.eos_token_id]
+    ends = eos_token_ids(config)
     special = {*ends, config.pad_token_id, config.decoder_start_token_id} - {None}
     for number, phrases in enumerate(checked):
         for place, phrase in enumerate(phrases):
