@@ -1,6 +1,17 @@
+import os
+
 import pytest
 import torch
 from helpers.hub_server import HubServer
+from hypothesis import HealthCheck, settings
+
+# Property tests (hypothesis): 200 examples each, no per-example deadline (a shared 2-core host stalls at random), the
+# database off so that a run depends on nothing a previous run left. HYPOTHESIS_PROFILE=thorough for 2,000 examples.
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("thorough", parent=settings.get_profile("ci"), max_examples=2000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 @pytest.fixture(scope="session")
