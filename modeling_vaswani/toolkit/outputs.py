@@ -140,6 +140,13 @@ def _read_marker(folder: Path) -> dict | None:
     return marker if isinstance(files, list) and all(isinstance(name, str) for name in files) else None
 
 
+def marked_files(folder: str | Path) -> list[str] | None:
+    """The entries the folder's marker names as its command's output (vaswani-push uploads them), or None where it has
+    no readable marker."""
+    marker = _read_marker(Path(folder))
+    return None if marker is None else marker["files"]
+
+
 def _write_marker(folder: Path, command: str, files: Iterable[str]) -> None:
     marker = {"command": command, "files": sorted(files)}
     descriptor, name = tempfile.mkstemp(prefix=_partial_prefix(folder / MARKER), dir=folder)
