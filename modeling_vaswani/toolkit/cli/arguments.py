@@ -9,9 +9,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..checkpoints import is_ctranslate2_folder, local_folder, validate_checkpoint, validate_export
-from ..data.corpora import iter_stream_lines, iter_text_lines
 from ..outputs import check_output_file
 from ..serving.engines import ENGINES
+from ..texts import iter_stream_lines, iter_text_lines
 
 
 def positive_int(text: str) -> int:

@@ -20,6 +20,7 @@ from ..evaluation.scoring import perplexity, score
 from ..evaluation.translate import InputError, input_token_limit
 from ..outputs import atomic_text
 from ..serving.engines import load_ensemble
+from ..texts import write_lines
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,
@@ -73,12 +74,12 @@ def main(argv=None):
         )
     except InputError as error:
         raise InputError(f"{arguments.source} and {arguments.target}, one sentence a line: {error}") from None
-    lines = "".join(format_score(sentence, arguments.per_token) + "\n" for sentence in scores)
+    lines = [format_score(sentence, arguments.per_token) for sentence in scores]
     if arguments.output:
         with atomic_text(arguments.output) as target:
-            target.write(lines)
+            write_lines(lines, target)
     else:
-        utf8_stdout().write(lines)
+        write_lines(lines, utf8_stdout())
     tokens = sum(len(sentence.log_probs) for sentence in scores)
     print(f"{len(scores)} sentences, {tokens} target tokens, perplexity {perplexity(scores):.3f}", file=sys.stderr)
 

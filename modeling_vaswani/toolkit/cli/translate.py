@@ -12,8 +12,9 @@ into sentences (sentencex, by the rules of the model's source language: --source
 recorded in results.json or the tokenizer's configuration, else generic rules, said once), the sentences of all lines
 are translated in the same batches, and each line's translations are joined with the line's own spacing (indentation,
 the spaces and tabs between sentences). One output line per input line, always: an empty or blank line gives an empty
-line. --no_split_sentences translates each line whole, as one sentence, and refuses an empty line (input already one
-sentence a line, such as a test set).
+line, and a line break inside a translation (a "\\r" the line or its prefix held, U+2028, any that str.splitlines
+knows) is written as a space, with a warning. --no_split_sentences translates each line whole, as one sentence, and
+refuses an empty line (input already one sentence a line, such as a test set).
 
 Refused before any sentence is translated: bad counts, an --output that cannot be written (or is the input), a model
 folder that does not exist or whose weights are damaged, input that is empty, not UTF-8 or binary, a sentence longer
@@ -58,7 +59,6 @@ import stat
 import sys
 
 from ..checkpoints import local_folder
-from ..data.corpora import iter_arrived_lines, iter_text_lines
 from ..data.markup import check_markup_text
 from ..evaluation.alignment import pharaoh, translate_aligned
 from ..evaluation.documents import translate_markup
@@ -69,10 +69,10 @@ from ..evaluation.translate import (
     source_language,
     translate,
     translate_nbest,
-    write_lines,
 )
 from ..outputs import atomic_text
 from ..serving.engines import load_ensemble, runs_on_ctranslate2
+from ..texts import iter_arrived_lines, iter_text_lines, write_lines
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,
@@ -304,33 +304,35 @@ def stream(render, split: bool = True) -> None:
     written and flushed before more are read. A bad line (not text, over the limits; with `split` False, empty) ends
     the run with its error after every line before it has been answered, those that came in the same read
     included."""
-    output, lines_read = utf8_stdout(), 0
+    output, lines_read, written = utf8_stdout(), 0, 0
     # A line that is not text: the lines before it in its read come as a group first, then its error.
     for group in iter_arrived_lines(sys.stdin.fileno(), "standard input"):
-        answer(render, group, output, split)
+        written += answer(render, group, output, split, written)
         lines_read = group[-1][0]
     if not lines_read:
         raise ValueError("standard input is empty; expected one sentence per line")
 
 
-def answer(render, group: list[tuple[int, str]], output, split: bool = True) -> None:
-    """Writes and flushes the translations of `group`, numbered lines translated as one batch. Where one of them
-    cannot be translated (InputError whose `sentence` is its place in the group, from 1), the lines before it are
-    answered first, then its error is raised: no good line goes unanswered because a bad one came in the same read.
-    With sentence splitting the error names the line by its number in the whole input; without, the sentence at
-    fault is counted from the group's first line."""
+def answer(render, group: list[tuple[int, str]], output, split: bool = True, written: int = 0) -> int:
+    """Writes and flushes the translations of `group`, numbered lines translated as one batch, after the `written`
+    output lines before them, and returns how many lines it wrote. Where one of them cannot be translated
+    (InputError whose `sentence` is its place in the group, from 1), the lines before it are answered first, then its
+    error is raised: no good line goes unanswered because a bad one came in the same read. With sentence splitting
+    the error names the line by its number in the whole input; without, the sentence at fault is counted from the
+    group's first line."""
     first = group[0][0]
     try:
         lines = render([text for _, text in group], first=first - 1, progress=False)
     except InputError as error:
         if error.sentence is not None and error.sentence > 1:
-            answer(render, group[: error.sentence - 1], output, split)  # raises in turn for an earlier bad line
+            answer(render, group[: error.sentence - 1], output, split, written)  # raises for an earlier bad line
         if split:
             raise InputError(f"standard input: {error}") from None
         counted = "" if first == 1 else f", counting from line {first}"
         raise InputError(f"standard input, one sentence a line{counted}: {error}") from None
-    write_lines(lines, output)
+    write_lines(lines, output, first=written + 1)
     output.flush()
+    return len(lines)
 
 
 def read_prefixes(path: str | None, sentences: int | None) -> list[str] | None:

@@ -14,18 +14,14 @@ from __future__ import annotations
 
 import bisect
 import csv
-import errno
-import gzip
 import hashlib
 import itertools
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator, Sequence
 from importlib import resources
 from itertools import zip_longest
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,6 +41,9 @@ from datasets import (
 from datasets.data_files import DataFilesDict, get_data_patterns
 from datasets.exceptions import DatasetGenerationError
 
+from .. import texts
+from ..texts import existing_file, iter_text_lines, read_text
+
 logger = logging.getLogger(__name__)
 
 # Shipped as package data, so that it is there however the package was installed (wheel, editable, zip-free).
@@ -55,83 +54,9 @@ MULTI30K_LANGUAGES = ("en", "de", "fr")  # task 1: English captions with German 
 
 # Suffix (after an optional .gz, but for Parquet, which compresses inside) -> the format of a table of pairs.
 TABLE_FORMATS = {".jsonl": "JSON Lines", ".json": "JSON", ".csv": "CSV", ".tsv": "TSV", ".parquet": "Parquet"}
-# Keys the cache of pairs read from files, with the files' sizes and times: a change to how they are read reads again.
-_READER_VERSION = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
-
-
-def _existing_file(path: str | Path) -> Path:
-    """`path` if it can be read as a file: a regular one, or a pipe such as the shell's `<(command)`."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"data file not found: {str(path)!r}")
-    if path.is_dir():
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
-    return path
-
-
-def iter_stream_lines(stream: BinaryIO, name: object, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
-    """Yield `(line_number, text)` for a stream of UTF-8 bytes (a file, standard input), line numbers 1-based.
-
-    Lines are split on "\\n" only (not on the Unicode line separators `str.splitlines` knows, nor on a stray "\\r") and
-    lose their "\\n" or "\\r\\n" (unless `keep_ends`); a UTF-8 byte-order mark on line 1 is dropped. Invalid UTF-8, and
-    NUL, which no text holds but binary data and UTF-16 do, raise a ValueError naming `name` and the line.
-    """
-    start = 0
-    for number, raw in enumerate(stream, start=1):
-        yield number, decode_line(raw, number, name, keep_ends, start)
-        start += len(raw)
-
-
-def decode_line(raw: bytes, number: int, name: object, keep_end: bool = False, start: int = 0) -> str:
-    """Line `number` of `name` as text, as `iter_stream_lines` decodes it; `start` is the line's first byte in the
-    stream (of a .gz file: in its decompressed bytes), so that an error names the byte in the line and in the file."""
-    try:
-        text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-    except UnicodeDecodeError as error:
-        raise ValueError(
-            f"{name}, line {number}: not valid UTF-8 ({error.reason} at byte {error.start} of the line, byte "
-            f"{start + error.start:,} of the input); expected UTF-8 text"
-        ) from None
-    if "\0" in text:
-        nul = start + raw.index(b"\0")
-        raise ValueError(
-            f"{name}, line {number}: holds a NUL character (byte {nul:,} of the input); "
-            "expected UTF-8 text (binary or UTF-16?)"
-        )
-    return text if keep_end else text.removesuffix("\n").removesuffix("\r")
-
-
-def iter_arrived_lines(fd: int, name: object, chunk: int = 1 << 16) -> Iterator[list[tuple[int, str]]]:
-    """The lines of the file descriptor `fd` (a pipe, a terminal) in groups, each group as soon as it has arrived:
-    whatever complete lines one read returns, so that a program reading them answers each line without waiting for
-    the end of its input. Decoded and checked as `iter_stream_lines` does; a line that is not text raises its error
-    after the lines before it in the same read have been yielded, so that they are answered first. Written by hand:
-    Python's line iterators read ahead, and would wait for more input before returning."""
-    pending, number, start = b"", 0, 0
-    while data := os.read(fd, chunk):
-        *complete, pending = (pending + data).split(b"\n")
-        group = []
-        for raw in complete:
-            number += 1
-            try:
-                group.append((number, decode_line(raw, number, name, start=start)))
-            except ValueError:
-                if group:
-                    yield group
-                raise
-            start += len(raw) + 1
-        if group:
-            yield group
-    if pending:
-        yield [(number + 1, decode_line(pending, number + 1, name, start=start))]
-
-
-def iter_text_lines(path: str | Path, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
-    """`iter_stream_lines` of a UTF-8 text file (`.gz` allowed)."""
-    path = _existing_file(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as stream:
-        yield from iter_stream_lines(stream, path, keep_ends)
+# Keys the cache of pairs read from files, with the files' sizes and times: a change to how they are read (here, or
+# in the one text reader) reads again.
+_READER_VERSION = hashlib.sha256(Path(__file__).read_bytes() + Path(texts.__file__).read_bytes()).hexdigest()[:16]
 
 
 def read_sentences(path: str | Path) -> list[str]:
@@ -191,7 +116,7 @@ def load_text_pairs(source_file: str | Path, target_file: str | Path, source_lan
     lines is never held in memory, and a second run over the same, unchanged files reads the cache instead.
     """
     _check_languages(source_lang, target_lang)
-    files = [_existing_file(source_file), _existing_file(target_file)]
+    files = [existing_file(source_file), existing_file(target_file)]
     gen_kwargs = {"source_file": files[0], "target_file": files[1], "source_lang": source_lang,
                   "target_lang": target_lang, "identity": _identity(files)}  # fmt: skip
     return _generated(_aligned_pairs, gen_kwargs, _translation_features(source_lang, target_lang))
@@ -319,7 +244,7 @@ def table_rows(path: str | Path, languages: Sequence[str] = ()) -> Iterator[tupl
     ("FILE, line N", the line a row starts on). One reader per format, each refusing by file, line (and column where
     the parser knows it) what does not parse, and a file without rows; bytes that are not UTF-8 are refused by line
     for every format. `languages`: the columns a CSV/TSV header must name. The rows are checked by `_checked_row`."""
-    path = _existing_file(path)
+    path = existing_file(path)
     form = _table_format(path)
     if form == "Parquet":
         raise ValueError(f"{path}: Parquet has rows, not lines; it is read by load_table_pairs")
@@ -355,7 +280,7 @@ def _json_lines_rows(path: Path) -> Iterator[tuple[str, object]]:
 def _json_rows(path: Path) -> Iterator[tuple[str, object]]:
     """A .json file: a JSON array of rows, each named by the line it starts on (read whole, as `datasets` reads an
     array), or else JSON Lines, which `datasets` accepts under that name too."""
-    text = "".join(line for _, line in iter_text_lines(path, keep_ends=True))
+    text = read_text(path)
     position = _skip_space(text, 0)
     if not text.startswith("[", position):
         yield from _json_lines_rows(path)
@@ -644,7 +569,7 @@ def load_table_pairs(
     paths = [files] if isinstance(files, (str, Path)) else list(files)
     if not paths:
         raise ValueError("files is empty; expected at least one .jsonl, .json, .csv, .tsv or .parquet file")
-    paths = [_existing_file(path) for path in paths]
+    paths = [existing_file(path) for path in paths]
     forms = [_table_format(path) for path in paths]  # every name checked before any file is read
     if all(form == "Parquet" for form in forms):
         return _load_parquet(paths, source_lang, target_lang, cache_dir)

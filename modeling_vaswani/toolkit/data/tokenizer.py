@@ -19,7 +19,7 @@ from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
 from ..outputs import TRAINED_TOKENIZER, check_output_folder, staged_folder
-from .corpora import iter_text_lines
+from ..texts import iter_text_lines
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 # BpeTrainer numbers special tokens 0, 1, ... in list order. <pad>, <s> (also the decoder start) and </s> go to

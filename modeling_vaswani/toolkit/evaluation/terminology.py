@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ...guidance_vaswani import overflows
 from ..data.sentences import Layout
+from ..texts import iter_text_lines, tab_fields
 from .errors import InputError
 
 WORD = re.compile(r"\w+")
@@ -56,16 +57,16 @@ class Glossary:
 
     @classmethod
     def read(cls, path: str | Path) -> "Glossary":
-        """A glossary file: UTF-8, one `source term<TAB>target term` a line (blank lines skipped). Refuses a line
-        without exactly one tab, an empty term, and a source term given twice (as `fold` compares them) with
-        different targets, naming the file and line."""
+        """A glossary file: text (texts.iter_text_lines), one `source term<TAB>target term` a line (blank lines
+        skipped), each field as written or quoted as a spreadsheet saves it (`"bike"<TAB>"Fahrrad"`, a quote inside
+        doubled: `tab_fields`). Refuses a line without exactly two fields, an empty term, and a source term given
+        twice (as `fold` compares them) with different targets, naming the file and line."""
         terms: dict[str, str] = {}
         places: dict[str, int] = {}
-        text = Path(path).read_text(encoding="utf-8")
-        for number, line in enumerate(text.splitlines(), start=1):
+        for number, line in iter_text_lines(path):
             if not line.strip():
                 continue
-            parts = line.split("\t")
+            parts = tab_fields(line, f"{path}, line {number}")
             if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
                 raise ValueError(f"{path}, line {number}: {line!r}; expected a source term, one tab and a target term")
             source, target = parts[0].strip(), parts[1].strip()

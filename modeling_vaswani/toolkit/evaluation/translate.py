@@ -5,10 +5,8 @@ length, with the checks every translating caller makes before any work starts. W
 own spacing."""
 
 import functools
-import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TextIO
 
 import torch
 from tqdm.auto import tqdm
@@ -20,20 +18,6 @@ from ..checkpoints import recorded_source_language
 from ..data.sentences import Layout, split_lines, tokenizer_language
 from .errors import InputError
 from .terminology import Glossary, check_room, phrase_ids, sentence_terms
-
-logger = logging.getLogger(__name__)
-
-
-def write_lines(lines: Sequence[str], target: TextIO) -> None:
-    """One line per translation. A translation holding "\\n" (a byte-level vocabulary can generate one) would take
-    two lines and shift every line after it: its line breaks are written as spaces, and a warning names it."""
-    broken = [number for number, line in enumerate(lines, start=1) if "\n" in line]
-    if broken:
-        logger.warning(
-            "the translations of lines %s held line breaks, written as spaces to keep one line per input line",
-            broken[:10],
-        )
-    target.write("".join(line.replace("\n", " ") + "\n" for line in lines))
 
 
 def input_token_limit(model, requested: int | None) -> int:

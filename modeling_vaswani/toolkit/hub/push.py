@@ -36,6 +36,7 @@ from huggingface_hub.utils import HFValidationError, validate_repo_id
 from ...configuration_vaswani import VaswaniConfig
 from ...remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
 from ..checkpoints import RESULTS, Checkpoint, CheckpointError, read_json, validate_checkpoint
+from ..texts import read_text
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +277,7 @@ def render_model_card(
     values.update(paper_values(paper_model))
     try:
         sections = {"results": with_results, "chrf_ter": "chrf" in values}
-        card = render_template(path.read_text(encoding="utf-8"), values, sections)
+        card = render_template(read_text(path), values, sections)
     except CheckpointError as error:
         raise CheckpointError(f"model card template {path}: {error}") from error
     check_card(card, with_results)

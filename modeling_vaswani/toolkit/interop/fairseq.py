@@ -43,6 +43,7 @@ from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
+from ..texts import iter_text_lines
 from .convert import (
     DECODER_LAYER,
     ENCODER_LAYER,
@@ -255,7 +256,7 @@ def read_dictionary(path: str | Path) -> list[str]:
     """fairseq's Dictionary of dict.txt: <s>, <pad>, </s>, <unk>, then one symbol per line ("symbol count", a
     trailing "#fairseq:overwrite" keeping an earlier symbol's index), madeupwordNNNN fillers included."""
     symbols, known = list(SPECIALS), set(SPECIALS)
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in iter_text_lines(path):
         fields = line.rstrip().split(" ")
         overwrite = fields[-1] == "#fairseq:overwrite"
         fields = fields[:-1] if overwrite else fields
@@ -275,7 +276,7 @@ def read_codes(path: str | Path) -> list[tuple[str, str]]:
     ending in </w>; fastBPE's "left right count" lines (the same word-final convention) are read alike.
     subword-nmt 0.1 codes (no header, </w> a symbol of its own) are refused: the tokenizers library's BPE attaches
     the end-of-word mark to the last character, as 0.2 does, and cannot hold it apart."""
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    lines = [text for _, text in iter_text_lines(path)]
     header = lines[0].startswith("#version:") if lines else False
     if header and lines[0].split()[-1] != "0.2":
         raise ConversionError(f"{path} is subword-nmt codes of {lines[0]!r}; expected '#version: 0.2'")

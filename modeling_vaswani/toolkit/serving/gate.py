@@ -18,6 +18,7 @@ from limits import parse
 from limits.storage import MemoryStorage
 from limits.strategies import MovingWindowRateLimiter
 
+from ..texts import iter_text_lines
 from .metrics import Metrics
 
 ACCESS_LOG = logging.getLogger("vaswani_serve.access")
@@ -42,7 +43,7 @@ def read_keys(keys: Iterable[str], keys_file=None) -> list[str]:
     least MIN_KEY_LENGTH characters: a key is a password."""
     keys = list(keys)
     if keys_file is not None:
-        lines = keys_file.read_text(encoding="utf-8").splitlines()
+        lines = [text for _, text in iter_text_lines(keys_file)]
         keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
         if not keys:
             raise ValueError(f"--api_keys_file {keys_file} holds no key; expected one key a line")

@@ -12,8 +12,6 @@ from helpers.training_setup import REPO
 
 from modeling_vaswani.toolkit.data.corpora import (
     MULTI30K_DIR,
-    iter_arrived_lines,
-    iter_stream_lines,
     load_hub_pairs,
     load_multi30k,
     load_table_pairs,
@@ -22,6 +20,7 @@ from modeling_vaswani.toolkit.data.corpora import (
     tokenize_pairs,
 )
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
+from modeling_vaswani.toolkit.texts import iter_arrived_lines, iter_stream_lines
 
 SCHEMA = Features({"translation": Translation(languages=["de", "en"])})
 COUNTS = {"train": 29000, "validation": 1014, "test": 1000}
