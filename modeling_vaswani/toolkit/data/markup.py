@@ -3,11 +3,14 @@ or side by side) and HTML documents. Parsing, repairing and serializing are lxml
 measurement: docs/documents.md#markup); no model here (evaluation/documents.py translates).
 
 The steps, for a text (`Document`):
-1. Parse: a text starting with `<!DOCTYPE` or `<html` as a whole document, anything else as a fragment (a line with
-   inline tags, or a piece of a page). Malformed HTML is repaired as libxml2 repairs it: unclosed elements are closed
-   where their parent ends, a stray end tag is dropped, an inline element left open across a block is closed at the
-   block's end (browsers, following WHATWG, would reopen it in the next block), misnested inline tags are closed
-   at the first end tag that does not match, bare `&` and `<` are read as text.
+1. Parse (`parse`): a text starting with `<!DOCTYPE` or `<html` as a whole document, anything else as a fragment (a
+   line with inline tags, or a piece of a page). Malformed HTML is repaired as libxml2 repairs it: unclosed elements
+   are closed where their parent ends, a stray end tag is dropped, an inline element left open across a block is
+   closed at the block's end (browsers, following WHATWG, would reopen it in the next block), misnested inline tags
+   are closed at the first end tag that does not match, bare `&` and `<` are read as text. What libxml2 does not
+   read whole is refused, never translated truncated: elements nested deeper than it holds (`huge_tree`: 2,048), and
+   any text a second reading (the standard library's html.parser) finds that the tree lacks (libxml2 drops, for one,
+   whatever follows `</html>`).
 2. Runs: the text to translate is every run of inline content (text and inline elements: `INLINE`) inside a block
    element, up to the next block element; each run is translated as one line (its sentences split and translated by
    the caller). Kept verbatim, never translated: `VERBATIM` elements (`<script>`, `<style>`, `<code>`, `<pre>`,
@@ -15,7 +18,10 @@ The steps, for a text (`Document`):
    are not translated.
 3. Take the tags out (`strip`): a run's text without its tags, and each inline element as a `Tag` holding the span
    of the words it wraps (positions in the stripped text's `.split()`, what the aligner counts). A verbatim element
-   inside a run is taken out whole, content and all, and its words are not translated.
+   inside a run is taken out whole, content and all, and its words are not translated. An element that shows
+   something but holds no word of the run (`<br>`, `<img>`, a verbatim one: `separates`) ends the word before it:
+   between two characters that are not spaces it stands for one space in the run's text, so `bike.<br/>He` is
+   translated as `bike. He`, never as the word `bike.He`. An element wrapping no character wraps no word.
 4. Put them back (`place`, `fill`) around the target words the alignment links to each tag's source words.
 5. Serialize: lxml's HTML serializer for `format="html"`, its XML one for `"xml-inline"` (`<br/>`, and a
    well-formed XML fragment).
@@ -29,9 +35,12 @@ import copy
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from html.parser import HTMLParser
 
 import lxml.etree
 import lxml.html
+
+from .sentences import preview
 
 FORMATS = ("html", "xml-inline")
 
@@ -46,6 +55,9 @@ VERBATIM = frozenset({"script", "style", "code", "pre", "textarea"})
 # Verbatim elements that may stand between blocks or inside a run without ending it (a <pre> is a block).
 SCRIPTS = frozenset({"script", "style", "textarea"})
 VOID = frozenset(lxml.html.defs.empty_tags)
+# Elements taken out of a run's text that show nothing where they stand: they join the characters around them, as a
+# browser does (<wbr> marks where a word may break, inside the word). Comments show nothing either.
+SHOWING_NOTHING = frozenset({"wbr", "script", "style"})
 _RUN = "vaswani-run"  # the temporary element a run is gathered in, dropped after translation
 _DOCUMENT = re.compile(r"\s*(<\?xml[^>]*>\s*)?(<!doctype|<html)", re.IGNORECASE)
 # What lxml (libxml2) cannot hold in a tree, as XML 1.0 forbids it: control characters but tab, newline and carriage
@@ -96,7 +108,23 @@ def is_inline(element) -> bool:
         return True
     if element.tag.lower() not in INLINE:
         return False
-    return is_verbatim(element) or all(is_inline(inner) for inner in element.iterchildren())
+    inside = [] if is_verbatim(element) else list(element)
+    while inside:  # a loop, not recursion: elements may nest as deep as libxml2 holds
+        inner = inside.pop()
+        if isinstance(inner.tag, str) and inner.tag.lower() not in SCRIPTS:
+            if inner.tag.lower() not in INLINE:
+                return False
+            if not is_verbatim(inner):
+                inside.extend(inner)
+    return True
+
+
+def separates(element) -> bool:
+    """Whether `element`, taken out of its run's text without a word of it, ends the word before it: a void or
+    verbatim element that shows something (not `SHOWING_NOTHING`, not a comment)."""
+    if not isinstance(element.tag, str) or element.tag.lower() in SHOWING_NOTHING:
+        return False
+    return element.tag.lower() in VOID or is_verbatim(element)
 
 
 @dataclass
@@ -127,9 +155,11 @@ class Marked:
 
 def strip(container) -> Marked:
     """The text of `container`'s content (its text, children and their tails, not its own tail), tags taken out, and
-    the tags (`Tag`) with the word spans they wrap."""
+    the tags (`Tag`) with the word spans they wrap. A `separates` element standing between two characters that are
+    not spaces is one space in the text; a tag wrapping no character wraps no word (inside a word: before it)."""
     parts: list[str] = []
     spans: list[tuple[Tag, int, int]] = []  # each tag with the character offsets it wraps, turned into words below
+    breaks: list[int] = []  # where a separating element stands
     length = 0
 
     def add(text: str | None) -> None:
@@ -138,31 +168,49 @@ def strip(container) -> Marked:
             parts.append(text)
             length += len(text)
 
-    def collect(parent) -> list[Tag]:
-        tags = []
-        add(parent.text)
-        for child in parent:
-            start = length
-            if is_verbatim(child):
-                element, children = copy.deepcopy(child), []
-                element.tail = None
-            else:
-                element = child.makeelement(child.tag, dict(child.attrib))
-                children = collect(child)
-            tag = Tag(element, 0, 0, children)
-            spans.append((tag, start, length))
-            tags.append(tag)
+    tags: list[Tag] = []
+    add(container.text)
+    # A loop, not recursion (elements may nest as deep as libxml2 holds): for each open element, its children left to
+    # read, the list their tags go to, and what finishes it once they are read (its tag, first offset and tail).
+    stack = [(iter(container), tags, None)]
+    while stack:
+        children, siblings, opened = stack[-1]
+        child = next(children, None)
+        if child is None:
+            stack.pop()
+            if opened is not None:
+                tag, start, tail = opened
+                spans.append((tag, start, length))
+                add(tail)
+            continue
+        if separates(child):
+            breaks.append(length)
+        if is_verbatim(child):
+            element = copy.deepcopy(child)
+            element.tail = None
+            siblings.append(tag := Tag(element, 0, 0))
+            spans.append((tag, length, length))
             add(child.tail)
-        return tags
-
-    tags = collect(container)
+        else:
+            siblings.append(tag := Tag(child.makeelement(child.tag, dict(child.attrib)), 0, 0))
+            stack.append((iter(child), tag.children, (tag, length, child.tail)))
+            add(child.text)
     text = "".join(parts)
+    breaks = [
+        at
+        for at in dict.fromkeys(breaks)
+        if 0 < at < len(text) and not any(c.isspace() for c in text[at - 1 : at + 1])
+    ]
+    text = " ".join(text[start:end] for start, end in zip([0, *breaks], [*breaks, len(text)], strict=True))
     words = word_spans(text)
     starts, ends = [start for start, _ in words], [end for _, end in words]
     for tag, start, end in spans:
+        # Offsets in the text with its separating spaces: a tag starting at one starts after it, one ending there ends
+        # before it.
+        start, end = start + bisect.bisect_right(breaks, start), end + bisect.bisect_left(breaks, end)
         # The words the characters touch: a tag ending inside a word ("<b>dog</b>s") wraps the whole word.
         first, after = bisect.bisect_right(ends, start), bisect.bisect_left(starts, end)
-        tag.start, tag.end = (first, after) if first < after else (first, first)
+        tag.start, tag.end = (first, after) if start < end and first < after else (first, first)
     return Marked(text, tags)
 
 
@@ -212,17 +260,19 @@ def place(tags: Sequence[Tag], links: Sequence[tuple[int, int]], sources: int, t
         before = next((linked[source] for source in range(tag.start - 1, -1, -1) if linked[source]), [-1])
         return max(before) + 1, max(before) + 1
 
-    def clamp(siblings: Sequence[Tag], low: int, high: int) -> list[Placed]:
-        placed, cursor = [], low
+    placed: list[Placed] = []
+    work = [(tags, 0, targets, placed)]  # siblings, their parent's span, the list they go to
+    while work:  # a loop, not recursion: tags may nest as deep as libxml2 holds
+        siblings, low, high, into = work.pop()
+        cursor = low
         for tag in siblings:
             start, end = wanted(tag)
             start = min(max(start, cursor), high)
             end = min(max(end, start), high)
-            placed.append(Placed(tag, start, end, clamp(tag.children, start, end)))
+            into.append(item := Placed(tag, start, end, []))
+            work.append((tag.children, start, end, item.children))
             cursor = end
-        return placed
-
-    return clamp(tags, 0, targets)
+    return placed
 
 
 def fill(container, marked: Marked, target: str, links: Sequence[tuple[int, int]]) -> None:
@@ -243,7 +293,9 @@ def fill(container, marked: Marked, target: str, links: Sequence[tuple[int, int]
         else:
             last.tail = (last.tail or "") + text
 
-    def build(parent, tags: Sequence[Placed], low: int, high: int) -> None:
+    work = [(container, placed, 0, len(target))]  # an element, its placed tags, its span of characters
+    while work:  # a loop, not recursion: tags may nest as deep as libxml2 holds
+        parent, tags, low, high = work.pop()
         cursor, last = low, None
         for item in tags:
             if item.start < item.end:
@@ -257,50 +309,118 @@ def fill(container, marked: Marked, target: str, links: Sequence[tuple[int, int]
             put(parent, target[cursor:start], last)
             element = copy.deepcopy(item.tag.element)
             if not is_verbatim(item.tag.element):
-                build(element, item.children, start, end)
+                work.append((element, item.children, start, end))
             parent.append(element)
             cursor, last = end, element
         put(parent, target[cursor:high], last)
 
-    build(container, placed, 0, len(target))
+
+_BODY = "<html><body>"  # a fragment is read as the body of a page of its own, as lxml.html's fragments are
 
 
-def _fragment(text: str):
-    return lxml.html.fragment_fromstring(text, create_parent="div")
+class _TextReader(HTMLParser):
+    """The standard library's HTML tokenizer, a reading independent of libxml2: each piece of character data as
+    written, with its line and column (character references left out: the two resolve a few of them differently)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=False)
+        self.pieces: list[tuple[tuple[int, int], str]] = []
+
+    def handle_data(self, data: str) -> None:
+        self.pieces.append((self.getpos(), data))
 
 
-def _wrap_runs(block, runs: list) -> None:
-    """Gathers each run of inline content of `block` (and of the blocks inside it) that holds words into a temporary
+def check_kept(text: str, root, what: str) -> None:
+    """Refuses `text` unless the tree libxml2 built from it (`root`) holds every letter and digit of its character
+    data as html.parser reads it, in order (text, comments, scripts: anywhere in the tree), naming the first piece of
+    text the tree lacks by line and character. Spaces, punctuation and references are not compared: the two parsers
+    differ there without losing anything."""
+    pieces = root.xpath(".//text() | .//comment() | .//processing-instruction()")  # in document order
+    kept = (
+        char for piece in pieces for char in (piece if isinstance(piece, str) else piece.text or "") if char.isalnum()
+    )
+    reader = _TextReader()
+    reader.feed(text)
+    # Not read: what html.parser hands over only when closed, a tag, comment or reference left unfinished at the end
+    # of the text, which libxml2 (as a browser) reads as markup, not as text.
+    for (line, column), data in reader.pieces:
+        # `kept` is read once, in order: each character is looked for after the one found before it.
+        if not all(any(char == other for other in kept) for char in data if char.isalnum()):
+            raise ValueError(
+                f"{what}: libxml2's HTML parser drops its text at line {line}, character {column + 1} "
+                f"({preview(data)!r}), which would be missing from the translation; expected HTML that libxml2 "
+                "reads whole (it drops, for one, whatever follows </html>, and in a fragment what follows </body>)"
+            )
+
+
+def parse(text: str, whole: bool, what: str):
+    """The tree of `text` as libxml2 reads it (lxml.html, `huge_tree`: up to 2,048 nested elements, html and body
+    included), `whole`: as a document (its <html> element), else as a fragment (a <div> holding it). The one place
+    that decides that nothing of `text` was lost in parsing: a text libxml2 stops reading (elements nested too deep)
+    or whose text it drops (`check_kept`) is refused, naming where, never translated truncated."""
+    parser = lxml.html.HTMLParser(huge_tree=True)
+    if whole:
+        # A str holding an XML declaration with an encoding is refused by lxml: it is already decoded. Blanked, not
+        # removed, so that libxml2's line numbers are the text's.
+        declaration = _DOCUMENT.match(text).group(1) or ""
+        blank = re.sub(r"[^\n]", " ", declaration)
+        root = lxml.html.document_fromstring(text.replace(declaration, blank, 1), parser=parser)
+    else:
+        body = lxml.html.document_fromstring(_BODY + text, parser=parser).find("body")
+        root = body.makeelement("div", {})
+        root.text = body.text
+        root.extend(body)
+    for error in parser.error_log:
+        if error.level_name == "FATAL":
+            deep = re.match(r"Excessive depth in document: (\d+)", error.message)
+            reason = (
+                f"its elements nest more than {deep[1]} deep, the most libxml2's HTML parser holds (html and body "
+                f"included); expected at most {deep[1]} nested elements"
+                if deep
+                else f"libxml2's HTML parser stops there: {error.message.strip()}"
+            )
+            raise ValueError(f"{what} cannot be read whole: at line {error.line}, {reason}")
+    check_kept(text, root, what)
+    return root
+
+
+def _wrap_runs(root, runs: list) -> None:
+    """Gathers each run of inline content of `root` and of the blocks inside it that holds words into a temporary
     element, appended with its `Marked` to `runs`."""
-    segments, current = [], (None, [])  # (the element whose tail starts the run, None: the block's text; elements)
-    for child in list(block):
-        if is_inline(child):
-            current[1].append(child)
-            continue
+    blocks = [root]
+    while blocks:  # a loop, not recursion: blocks may nest as deep as libxml2 holds
+        block = blocks.pop()
+        segments, current = [], (None, [])  # (the element whose tail starts the run, None: the block's text; elements)
+        inner = []
+        for child in list(block):
+            if is_inline(child):
+                current[1].append(child)
+                continue
+            segments.append(current)
+            current = (child, [])
+            if not is_verbatim(child):
+                inner.append(child)
         segments.append(current)
-        current = (child, [])
-        if not is_verbatim(child):
-            _wrap_runs(child, runs)
-    segments.append(current)
-    for owner, inline in segments:
-        lead = block.text if owner is None else owner.tail
-        if not inline and not (lead or "").strip():
-            continue  # whitespace between blocks: nothing to translate
-        wrapper = block.makeelement(_RUN, {})
-        if owner is None:
-            block.text = None
-            block.insert(0, wrapper)
-        else:
-            owner.tail = None
-            owner.addnext(wrapper)
-        wrapper.text = lead
-        for element in inline:
-            wrapper.append(element)  # its tail moves with it
-        marked = strip(wrapper)
-        if marked.text.strip():
-            runs.append((wrapper, marked))
-        else:  # only verbatim content or empty tags: left as it was
-            wrapper.drop_tag()
+        blocks.extend(reversed(inner))
+        for owner, inline in segments:
+            lead = block.text if owner is None else owner.tail
+            if not inline and not (lead or "").strip():
+                continue  # whitespace between blocks: nothing to translate
+            wrapper = block.makeelement(_RUN, {})
+            if owner is None:
+                block.text = None
+                block.insert(0, wrapper)
+            else:
+                owner.tail = None
+                owner.addnext(wrapper)
+            wrapper.text = lead
+            for element in inline:
+                wrapper.append(element)  # its tail moves with it
+            marked = strip(wrapper)
+            if marked.text.strip():
+                runs.append((wrapper, marked))
+            else:  # only verbatim content or empty tags: left as it was
+                wrapper.drop_tag()
 
 
 class Document:
@@ -321,11 +441,7 @@ class Document:
         if not text.strip():  # lxml refuses an empty document; there is nothing to translate or repair
             self.root = None
             return
-        if self.whole:
-            # A str holding an XML declaration with an encoding is refused by lxml: it is already decoded.
-            self.root = lxml.html.document_fromstring(_DOCUMENT.sub(lambda m: m.group(2), text, count=1))
-        else:
-            self.root = _fragment(text)
+        self.root = parse(text, self.whole, f"the {format} text")
         found: list = []
         _wrap_runs(self.root, found)
         self._wrappers = [wrapper for wrapper, _ in found]

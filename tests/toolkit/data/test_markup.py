@@ -270,3 +270,123 @@ def test_place_keeps_siblings_in_order_and_children_inside_their_parent():
         ("b", 0, 4, [("i", 0, 1)]),
         ("u", 4, 4, []),
     ]
+
+
+# ---- nothing lost: deep pages, void elements between words (issue 51, item 7) ---------------------------------------
+
+
+class Words(HTMLParser):
+    """A page's words as the standard library's HTML tokenizer reads them, each with whether it is to be translated:
+    the words of verbatim content (`<code>`, `<textarea>`, translate="no") are kept as written; script, style and
+    comments show nothing and are left out. What ends a word: a space, a block element, and an element that shows
+    something without holding a word of the text (`<br>`, `<img>`, `<hr>`, verbatim content); not an inline
+    element, nor `<wbr>` (where a word may break)."""
+
+    INVISIBLE = frozenset({"script", "style"})
+    JOINING = frozenset({"a", "b", "i", "em", "span", "u", "strong", "small", "wbr"})
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.stack: list[tuple[str, bool]] = []  # open elements, each with whether its content is verbatim
+        self.pieces: list[tuple[str, bool]] = []  # (text, translated); None text: a word ends here
+        self.feed(text)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        verbatim = tag in {"code", "textarea", *self.INVISIBLE} or ("translate", "no") in attrs
+        if tag not in self.JOINING or verbatim:
+            self.pieces.append((" ", False))
+        if tag not in VOID:
+            self.stack.append((tag, verbatim or any(kept for _, kept in self.stack)))
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            name, verbatim = self.stack.pop()
+            if name == tag:
+                break
+        if tag not in self.JOINING or verbatim:
+            self.pieces.append((" ", False))
+
+    def handle_data(self, data):
+        if not any(name in self.INVISIBLE for name, _ in self.stack):
+            self.pieces.append((data, not (self.stack and self.stack[-1][1])))
+
+    def words(self, translate=lambda text: text) -> list[str]:
+        return "".join(translate(text) if translated else text for text, translated in self.pieces).split()
+
+
+def word_for_word(document: Document, translate) -> str:
+    """The document written with each run "translated" by `translate` (a function of a run's text keeping its number
+    of words), each word linked to the word at its place."""
+    return document.write(
+        [translate(run.text) for run in document.runs],
+        [[(i, i) for i in range(len(run.text.split()))] for run in document.runs],
+    )
+
+
+def test_a_page_300_elements_deep_is_translated_whole():
+    """libxml2's HTML parser stopped at depth 256 without an error: the output was 254 empty <div>s, both sentences
+    gone. Read with huge_tree, the page is translated whole, as html.parser (which has no depth limit) reads it."""
+    page = "<div>" * 300 + "A man rides a bike." + "</div>" * 300 + "<p>Two dogs play.</p>"
+    output = word_for_word(Document(page, "html"), str.upper)
+    assert Words(output).words() == "A MAN RIDES A BIKE. TWO DOGS PLAY.".split()
+    assert output.count("<div>") == output.count("</div>") == 300
+    balanced(output)
+
+
+@pytest.mark.parametrize("tag", ["div", "b", "span"])
+def test_elements_nested_as_deep_as_libxml2_holds_are_translated_and_one_more_is_refused_naming_the_depth(tag):
+    """2,048 levels, html and body included: a fragment may nest 2,046 elements. Inline ones nested that deep go
+    through the tags' taking out and putting back (loops, not recursion: Python's stack holds 1,000 frames)."""
+    page = f"<{tag}>" * 2045 + "deep <i>words</i>" + f"</{tag}>" * 2045 + "<p>after it</p>"
+    output = word_for_word(Document(page, "html"), str.upper)
+    assert Words(output).words() == ["DEEP", "WORDS", "AFTER", "IT"]
+    assert output.count(f"<{tag}>") == 2045
+    deeper = r"at line 2, its elements nest more than 2048 deep, .* expected at most 2048 nested elements"
+    with pytest.raises(ValueError, match=deeper):
+        Document("\n" + f"<{tag}>" * 2047 + "deep", "html")
+
+
+@pytest.mark.parametrize(
+    ("page", "where", "lost"),
+    [
+        # libxml2 keeps nothing after </html>, without a word in its error log
+        ("<!DOCTYPE html><html><body><p>Kept.</p></body></html>\n<p>Two dogs play.</p>", "line 2, character 4",
+         "Two dogs play."),
+        ("<html><body>A man.</body></html><script>track();</script>", "line 1, character 41", "track();"),
+        # in a fragment, what follows </body> lands outside the fragment's body
+        ("A man rides.\n</body>Two dogs play.", "line 2, character 8", "Two dogs play."),
+        ("A man <b>rides</b>.</html> Two dogs play.", "line 1, character 27", "Two dogs play."),
+    ],
+)  # fmt: skip
+def test_text_libxml2_drops_is_refused_naming_its_place(page, where, lost):
+    with pytest.raises(ValueError, match="drops its text") as refused:
+        Document(page, "html")
+    assert f"at {where} ({lost!r})" in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("markup", "text", "output"),
+    [
+        # the named case: the word on each side of <br/> was lost inside the <br>, which holds no text
+        ("<p>A man in a blue shirt is riding a bike.<br/>He smiles.</p>",
+         "A man in a blue shirt is riding a bike. He smiles.",
+         "<p>A MAN IN A BLUE SHIRT IS RIDING A BIKE.<br> HE SMILES.</p>"),
+        ("<p>Two dogs<img src='d.png' alt='dogs'>play.</p>", "Two dogs play.",
+         '<p>TWO DOGS<img src="d.png" alt="dogs"> PLAY.</p>'),
+        ("<p>Type<input name=q>here.</p>", "Type here.", '<p>TYPE<input name="q"> HERE.</p>'),
+        ("<p>Call<code>f(x)</code>now.</p>", "Call now.", "<p>CALL<code>f(x)</code> NOW.</p>"),
+        ('<p>By<span translate="no">Vaswani</span>today.</p>', "By today.",
+         '<p>BY<span translate="no">Vaswani</span> TODAY.</p>'),
+        # two side by side: one space; at the edges of a run or beside a space: none
+        ("<p>one<br><br>two</p>", "one two", "<p>ONE<br><br> TWO</p>"),
+        ("<p><br>one <br>two<br> three<br></p>", "one two three", "<p><br>ONE<br> TWO<br> THREE<br></p>"),
+        # scripts and comments show nothing: the words around them stay one, as a browser shows them
+        ("<p>Fire<!-- x -->fly <script>go()</script>now</p>", "Firefly now",
+         "<p><!-- x -->FIREFLY<script>go()</script> NOW</p>"),
+    ],
+)  # fmt: skip
+def test_an_element_showing_something_between_two_words_ends_the_first(markup, text, output):
+    document = Document(markup, "html")
+    assert [run.text for run in document.runs] == [text]
+    assert word_for_word(document, str.upper) == output
