@@ -9,18 +9,27 @@ the libraries we build on have an atomic folder replacement. Each rule has its o
   command that wrote it and its entries. A command replaces a folder only when it is new, empty, or marked as its own
   with nothing beside what the marker names (`check_owned`); an older version's output, which has no marker, only
   where content that version alone wrote tells it exactly (`Output.legacy`).
-- A target that is not a regular file (a device, a FIFO, a socket, anything under /dev or /proc such as /dev/stdout)
-  is written in place (`writes_in_place`): renaming over /dev/null, as root may, would replace the device for every
-  process. A symbolic link is followed: its target is written, atomically, and the link kept.
+- An output path is resolved once (`resolve_output`): a symbolic link is followed, its target written, atomically,
+  and the link kept; one that cannot be followed is one refusal. A target that is not a regular file (a device, a
+  FIFO, a socket, anything under /dev or /proc such as /dev/stdout) is written in place (`writes_in_place`): renaming
+  over /dev/null, as root may, would replace the device for every process.
+- An output is never one of the command's inputs (`check_not_input`): compared by device and inode, whatever names
+  it (a link, a hard link, /dev/stdin, /dev/fd/N), standard input included.
 - One writer per output (`claim`): a lock file beside it, held with flock, which the kernel releases when its process
   ends (a killed run blocks nobody), and which names its holder to the writer it refuses.
-- What a killed run left beside an output is undone by the next writer (`recover`), or by a reader that finds the
-  output missing (`restore_set_aside`): its partial output deleted, an earlier output it had set aside restored,
-  saying so.
+- What the package creates beside an output (the lock, partial outputs, an earlier output set aside) is its own,
+  proven: the lock is opened without following links and only where it is a regular file of ours, and every partial
+  output or set-aside is recorded in the lock (by device and inode) before it can be left behind. The next writer, or
+  a reader that finds the output missing (`restore_set_aside`), undoes what a killed run recorded (its partial outputs
+  deleted, an earlier output it had set aside restored, saying so) and touches nothing else: a `.NAME.old` that no
+  run of ours recorded is a user's, left alone, and refused by name where a replacement would need its name.
+- What is written takes the permissions that `open` and `mkdir` give under the user's umask, whatever the library
+  that wrote it chose.
 """
 
 import atexit
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -83,11 +92,13 @@ class OutputError(ValueError):
 @dataclass(frozen=True)
 class Output:
     """A folder a command writes whole: `command` names it in its marker, its lock and messages; `flag` is how a user
-    chooses another folder; `legacy`, where given, recognises the output of a version before markers by content."""
+    chooses another folder; `legacy`, where given, recognises the output of a version before markers by content;
+    `names`, the patterns of the names it writes, so that a refusal names first what it never writes."""
 
     command: str
     flag: str
     legacy: Callable[[Path], bool] | None = None
+    names: tuple[str, ...] = ()
 
 
 def older_output(sign: Callable[[Path], bool], names: Iterable[str]) -> Callable[[Path], bool]:
@@ -100,19 +111,32 @@ def older_output(sign: Callable[[Path], bool], names: Iterable[str]) -> Callable
 
 
 def _vaswani_config(folder: Path) -> bool:
-    try:
-        values = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
+    values = _read_json(folder / "config.json")
     return isinstance(values, dict) and values.get("model_type") == VaswaniConfig.model_type
 
 
+def _read_json(path: Path):
+    """The JSON value in `path` where it is a regular file, opened without following a link; None otherwise: a FIFO
+    under a name the package reads would block the read forever, and a link would read someone else's file."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    with os.fdopen(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        try:
+            return json.loads(handle.read().decode("utf-8"))
+        except (OSError, ValueError):
+            return None
+
+
 _OLDER_MODEL = older_output(_vaswani_config, MODEL_OUTPUT)
-AVERAGED = Output("vaswani-average", "--output", _OLDER_MODEL)
-CONVERTED = Output("vaswani-convert", "output folder", _OLDER_MODEL)
+AVERAGED = Output("vaswani-average", "--output", _OLDER_MODEL, MODEL_OUTPUT)
+CONVERTED = Output("vaswani-convert", "output folder", _OLDER_MODEL, MODEL_OUTPUT)
 # Anyone's tokenizer.json or PNGs look like ours: an older version's are refused, saying how to proceed.
-TRAINED_TOKENIZER = Output("vaswani-train-tokenizer", "--output_dir")
-ATTENTION_MAPS = Output("vaswani-plot-attention", "--output_dir")
+TRAINED_TOKENIZER = Output("vaswani-train-tokenizer", "--output_dir", names=TOKENIZER_OUTPUT)
+ATTENTION_MAPS = Output("vaswani-plot-attention", "--output_dir", names=("*.png",))
 
 
 def _entries(folder: Path) -> list[str]:
@@ -130,10 +154,7 @@ def _leftover(name: str) -> bool:
 
 
 def _read_marker(folder: Path) -> dict | None:
-    try:
-        marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
+    marker = _read_json(folder / MARKER)
     if not isinstance(marker, dict) or not isinstance(marker.get("command"), str):
         return None
     files = marker.get("files")
@@ -184,9 +205,13 @@ def check_owned(path: str | Path, output: Output) -> None:
     foreign = sorted(set(entries) - set(marker["files"])) if own else entries
     if not foreign:
         return
+    # What the command never writes first: a user's notes.txt is never hidden among "11 more" model files.
+    foreign.sort(key=lambda name: any(fnmatch(name, pattern) for pattern in output.names))
     shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
     if marker is not None and not own:
         why = f" (it is an output of {marker['command']})"
+    elif marker is None and os.path.lexists(path / MARKER):
+        why = f" (its {MARKER} is damaged: no command and list of files can be read from it)"
     elif marker is None and output.legacy is None:
         why = f" (it has no {MARKER}: if an older version of {output.command} wrote it, delete it first)"
     else:
@@ -198,18 +223,24 @@ def check_owned(path: str | Path, output: Output) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# Where a write lands: links followed, devices written in place
+# Where a write lands: links followed, devices written in place, never an input
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _target(path: Path) -> Path:
-    """Where writing `path` lands: through a symbolic link, the path it points to (written as `open` would)."""
-    if not path.is_symlink():
-        return path
+def resolve_output(path: str | Path) -> Path:
+    """Where writing `path` lands: `path`, or through a symbolic link the path it points to (as `open` follows it).
+    The one resolution of an output path, which every check and writer uses: a link that cannot be followed (a loop)
+    is one OutputError naming it, whichever check meets it first."""
+    path = Path(path)
     try:
-        return path.resolve()
-    except (OSError, RuntimeError) as error:  # a loop of links (RuntimeError before Python 3.13)
-        raise OutputError(f"{path} is a symbolic link that cannot be followed ({error}); expected a path") from error
+        return path.resolve() if path.is_symlink() else path
+    except (OSError, RuntimeError) as error:  # a loop: RuntimeError before Python 3.13, ELOOP since
+        looped = isinstance(error, RuntimeError) or error.errno == errno.ELOOP
+        reason = "its links form a loop" if looped else error.strerror
+        raise OutputError(
+            f"{path} is a symbolic link that cannot be followed ({reason}); expected a file or folder to write, or a "
+            "link to one"
+        ) from error
 
 
 def writes_in_place(path: str | Path) -> bool:
@@ -226,6 +257,140 @@ def writes_in_place(path: str | Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
+def check_not_input(
+    path: str | Path, inputs: Iterable[str | Path | None], reads_stdin: bool = False, flag: str = "--output"
+) -> None:
+    """OutputError where writing the output `path` would destroy what the command reads: it is, by device and inode
+    (whatever names it: a link, a hard link, /dev/stdin, /dev/fd/N), one of `inputs` (files or folders; None skipped)
+    or, where `reads_stdin`, standard input; or it is a folder, replaced whole, that holds one of `inputs`. Only a
+    regular file or a folder can be destroyed so: a device, FIFO or terminal loses nothing that was read from it."""
+    try:
+        output = os.stat(resolve_output(path))
+    except OSError:
+        return  # nothing there yet: no input it could be
+    if not (stat.S_ISREG(output.st_mode) or stat.S_ISDIR(output.st_mode)):
+        return
+    kind = "folder" if stat.S_ISDIR(output.st_mode) else "file"
+    for source in (Path(source) for source in inputs if source is not None):
+        if _same(output, source):
+            named = "" if source == Path(path) else f" ({source})"
+            raise OutputError(
+                f"{flag} {path} is also an input{named}; expected another {kind}, since writing it would destroy "
+                "that input"
+            )
+        if kind == "folder" and any(_same(output, folder) for folder in Path(os.path.realpath(source)).parents):
+            raise OutputError(
+                f"{flag} {path} holds an input ({source}); expected another folder, since replacing it whole would "
+                "delete that input"
+            )
+    if reads_stdin and _same(output, 0):
+        raise OutputError(
+            f"{flag} {path} is standard input, which the command reads; expected another file, since writing it "
+            "would destroy that input"
+        )
+
+
+def _same(output: os.stat_result, other: Path | int) -> bool:
+    """Whether `other` (a path, or a descriptor of this process) is the file or folder `output`."""
+    try:
+        info = os.fstat(other) if isinstance(other, int) else os.stat(other)
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == (output.st_dev, output.st_ino)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# What the package creates beside an output: hidden names that fit, a lock that is its own
+# ---------------------------------------------------------------------------------------------------------------------
+
+_NAME_MAX = 255  # bytes in one file name (Linux, macOS)
+
+
+def _beside(path: Path, suffix: str, room: int = 0) -> Path:
+    """The hidden `.NAME{suffix}` beside `path`, with `room` bytes left for what mkstemp adds. Where the output's own
+    name is too long for that, its start and a digest of the whole name, so that two outputs never share one."""
+    name = f".{path.name}{suffix}"
+    if len(os.fsencode(name)) + room <= _NAME_MAX:
+        return path.with_name(name)
+    digest = hashlib.sha256(os.fsencode(path.name)).hexdigest()[:16]
+    start, keep = path.name, _NAME_MAX - room - len(os.fsencode(f".~{digest}{suffix}"))
+    while len(os.fsencode(start)) > keep:  # cut by characters, never inside one
+        start = start[:-1]
+    return path.with_name(f".{start}~{digest}{suffix}")
+
+
+def _partial_prefix(path: Path) -> str:
+    return _beside(path, ".partial-", room=8).name  # mkstemp and mkdtemp add 8 characters
+
+
+def _previous(path: Path) -> Path:
+    """Where an existing output waits while the new one takes its place: one fixed name, so the next run finds it."""
+    return _beside(path, ".old")
+
+
+def _lock_file(key: Path) -> Path:
+    return _beside(key, ".lock")
+
+
+# The lock file's first line names its holder; each further line records something its holder created beside the
+# output, before it could be left there: {"kind": "partial" or "old", "aside": NAME, "dev": N, "ino": N}.
+_HOLDER = re.compile(r"[^\n]+ \(pid \d+\)")
+_KINDS = ("partial", "old")
+
+
+def _journal(content: bytes) -> list[dict] | None:
+    """The records in a lock file's `content`; None where it is no lock file of ours (a user's file by that name)."""
+    lines = content.decode("utf-8", "replace").splitlines()
+    if not lines:
+        return []
+    if not _HOLDER.fullmatch(lines[0]):
+        return None
+    records = []
+    for line in lines[1:]:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            return None
+        if not (
+            isinstance(record, dict)
+            and record.get("kind") in _KINDS
+            and isinstance(record.get("aside"), str)
+            and record["aside"].startswith(".")
+            and "/" not in record["aside"]
+            and all(isinstance(record.get(field), int) for field in ("dev", "ino"))
+        ):
+            return None
+        records.append(record)
+    return records
+
+
+def _foreign_lock(lock: Path, what: str) -> OutputError:
+    return OutputError(
+        f"{lock} is {what}, not a lock file of this package; expected a regular file that only vaswani commands "
+        f"write: move or delete {lock}"
+    )
+
+
+def _open_lock(lock: Path) -> int | None:
+    """The lock file `lock`, opened without following a link (a link there would have its target truncated) and only
+    where it is a regular file of its own (a hard link to another file is refused too); None where the folder cannot
+    hold one (its write names why)."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(lock, flags, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise _foreign_lock(lock, "a symbolic link") from None
+        if error.errno in (errno.EISDIR, errno.ENXIO):  # a folder; a socket
+            raise _foreign_lock(lock, "a folder" if error.errno == errno.EISDIR else "a socket") from None
+        return None
+    info = os.fstat(descriptor)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        os.close(descriptor)
+        raise _foreign_lock(lock, "a FIFO or a device" if not stat.S_ISREG(info.st_mode) else "a hard link")
+    return descriptor
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # One writer per output: the lock
 # ---------------------------------------------------------------------------------------------------------------------
@@ -234,11 +399,7 @@ _held: dict[Path, tuple[int, int]] = {}  # output -> (descriptor of its lock fil
 
 
 def _key(path: str | Path) -> Path:
-    return Path(os.path.abspath(_target(Path(path))))
-
-
-def _lock_file(key: Path) -> Path:
-    return key.with_name(f".{key.name}.lock")
+    return Path(os.path.abspath(resolve_output(path)))
 
 
 def _program() -> str:
@@ -247,42 +408,50 @@ def _program() -> str:
 
 
 def claim(path: str | Path, command: str | None = None) -> bool:
-    """Takes the lock of the output `path` for this process until its write ends (`release`) or the process does;
-    OutputError, naming the holder, where another process holds it. Returns whether it was taken now (not where this
-    process held it already, nor where it cannot be: no folder yet, a file system without locks)."""
+    """Takes the lock of the output `path` for this process until its write ends (`release`) or the process does,
+    first undoing what a killed writer recorded in it (`_undo`); OutputError, naming the holder, where another process
+    holds it, or naming the lock file where it is not ours. Returns whether it was taken now (not where this process
+    held it already, nor where it cannot be: no folder yet, a file system without locks)."""
     key = _key(path)
     # The ranks of one distributed job write their outputs together: rank 0 holds the lock for all.
     if fcntl is None or key in _held or os.environ.get("RANK", "0") != "0" or not key.parent.is_dir():
         return False
     lock = _lock_file(key)
     while True:
-        try:
-            descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
-        except OSError:  # a folder that cannot hold the lock cannot hold the output: its write names why
+        descriptor = _open_lock(lock)
+        if descriptor is None:  # a folder that cannot hold the lock cannot hold the output: its write names why
             return False
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as error:
-            holder = os.pread(descriptor, 200, 0).decode("utf-8", "replace").strip() or "process"
+            first = os.pread(descriptor, 200, 0).decode("utf-8", "replace").partition("\n")[0]
             os.close(descriptor)
             if error.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                 return False  # no locks on this file system
+            holder = first if _HOLDER.fullmatch(first) else "process"
             raise OutputError(
                 f"another {holder} is writing {path}; expected one writer at a time: wait for it to end, or write "
                 "elsewhere"
             ) from None
-        try:
-            current = os.stat(lock)
-        except FileNotFoundError:
-            current = None
-        opened = os.fstat(descriptor)
-        if current is not None and (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino):
+        if _same(os.fstat(descriptor), lock) and not os.path.islink(lock):
             break
         os.close(descriptor)  # its last holder removed it while we opened it: lock the file there now
+    try:
+        _undo(key, _journal_of(lock, descriptor))
+    except BaseException:
+        os.close(descriptor)  # what it records stays there, for the next try
+        raise
     os.ftruncate(descriptor, 0)
     os.pwrite(descriptor, f"{command or _program()} (pid {os.getpid()})\n".encode(), 0)
     _held[key] = (descriptor, os.getpid())
     return True
+
+
+def _journal_of(lock: Path, descriptor: int) -> list[dict]:
+    records = _journal(os.pread(descriptor, os.fstat(descriptor).st_size, 0))
+    if records is None:
+        raise _foreign_lock(lock, "a file of other content")
+    return records
 
 
 def release(path: str | Path) -> None:
@@ -310,61 +479,98 @@ def _writing(path: Path, command: str | None) -> Iterator[None]:
 
 
 # ---------------------------------------------------------------------------------------------------------------------
-# What a killed run left
+# What a killed run left: recorded before it could be left, undone by the next holder of the lock
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def _partial_prefix(path: Path) -> str:
-    return f".{path.name}.partial-"
+def _note(path: Path, kind: str, aside: Path, info: os.stat_result) -> None:
+    """Records in the lock of the output `path` that this process made `aside` (the file or folder `info`), before a
+    kill could leave it there. Nothing where this process holds no lock: no one could undo it for certain."""
+    descriptor = _held.get(_key(path), (None,))[0]
+    if descriptor is not None:
+        record = {"kind": kind, "aside": aside.name, "dev": info.st_dev, "ino": info.st_ino}
+        os.pwrite(descriptor, (json.dumps(record) + "\n").encode(), os.fstat(descriptor).st_size)
 
 
-def _previous(path: Path) -> Path:
-    """Where an existing output waits while the new one takes its place: one fixed name, so the next run finds it."""
-    return path.with_name(f".{path.name}.old")
+def _made_by(record: dict, aside: Path) -> bool:
+    """Whether `aside` is still the very file or folder `record` names (not a link to it, nor one made since)."""
+    try:
+        info = os.lstat(aside)
+    except OSError:
+        return False
+    return not stat.S_ISLNK(info.st_mode) and (info.st_dev, info.st_ino) == (record["dev"], record["ino"])
 
 
-def _recover(path: Path) -> None:
-    """Undoes what a killed run left beside `path`, its lock held: an earlier output it had set aside is restored if
-    the new one never took its place, else deleted; its partial outputs are deleted (the run did not finish)."""
-    if not path.parent.is_dir():
-        return
-    previous = _previous(path)
-    if previous.exists() and path.exists():
-        _remove(previous)
-    elif previous.exists():
-        try:
-            previous.rename(path)
-        except OSError as error:
-            raise OutputError(
-                f"{path} is missing: a run killed while replacing it left the earlier one as {previous}, which "
-                f"cannot be restored here ({error.strerror}); rename {previous} to {path} to restore it"
-            ) from error
-        logger.warning("restored %s from %s, where a run killed while replacing it had set it aside", path, previous)
-    for leftover in path.parent.iterdir():
-        if leftover.name.startswith(_partial_prefix(path)):
-            _remove(leftover)
-            logger.warning("removed %s, the partial output of an interrupted run", leftover)
+def _undo(path: Path, records: list[dict]) -> None:
+    """Undoes what a killed writer of `path` recorded and left: an earlier output it had set aside is restored if the
+    new one never took its place, else deleted; its partial outputs are deleted (the run did not finish). Anything
+    else under those names is someone else's, and stays."""
+    for record in records:
+        aside = path.with_name(record["aside"])
+        if not _made_by(record, aside):
+            continue
+        if record["kind"] == "old" and not os.path.lexists(path):
+            try:
+                aside.rename(path)
+            except OSError as error:
+                raise _cannot_restore(path, aside, error.strerror) from error
+            logger.warning("restored %s from %s, where a run killed while replacing it had set it aside", path, aside)
+        else:
+            _remove(aside)
+            if record["kind"] == "partial":
+                logger.warning("removed %s, the partial output of an interrupted run", aside)
+
+
+def _cannot_restore(path: Path, aside: Path, reason: str) -> OutputError:
+    return OutputError(
+        f"{path} is missing: a run killed while replacing it left the earlier one as {aside}, which cannot be "
+        f"restored here ({reason}); rename {aside} to {path} to restore it"
+    )
 
 
 def recover(path: str | Path, command: str | None = None) -> None:
-    """`_recover` under the lock of `path` (OutputError where another process writes it now)."""
-    path = _target(Path(path))
-    taken = claim(path, command)
-    try:
-        _recover(path)
-    finally:
-        if taken:
-            release(path)
+    """Undoes what a killed writer of `path` left, under its lock (OutputError where another process writes it now)."""
+    path = resolve_output(path)
+    if claim(path, command):
+        release(path)
 
 
 def restore_set_aside(path: str | Path) -> None:
     """For a reader: an output that is missing because a run was killed between setting it aside (`.NAME.old`) and
     moving its new one in is restored, saying so; where it cannot be, OutputError says what happened and how to
     restore it, or which process is replacing it right now. Touches nothing otherwise (readers call it on every
-    open)."""
+    open), nor a `.NAME.old` that no run of ours recorded setting aside."""
     path = Path(path)
-    if not path.exists() and _previous(path).exists():
-        recover(path)
+    previous = _previous(path)
+    if os.path.lexists(path) or not os.path.lexists(previous):
+        return
+    recover(path)
+    if not os.path.lexists(path) and _set_aside_here(path, previous):  # no lock to take: a read-only disk
+        reason = os.strerror(errno.EROFS if _read_only(path.parent) else errno.EACCES)
+        raise _cannot_restore(path, previous, reason)
+
+
+def _set_aside_here(path: Path, previous: Path) -> bool:
+    """Whether the lock of `path` records `previous` as an output a run of ours set aside (read, not taken)."""
+    try:
+        descriptor = os.open(_lock_file(_key(path)), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    with os.fdopen(descriptor, "rb") as handle:
+        records = _journal(handle.read()) if stat.S_ISREG(os.fstat(descriptor).st_mode) else None
+    return any(record["kind"] == "old" and _made_by(record, previous) for record in records or [])
+
+
+def _check_room_to_set_aside(path: Path, output: Output) -> None:
+    """An existing folder `path` is set aside as `.NAME.old` while its replacement moves in: a `.NAME.old` there
+    that no run of ours recorded (a user's backup, a link) is refused by name, never deleted."""
+    previous = _previous(path)
+    if os.path.lexists(path) and os.path.lexists(previous):
+        raise OutputError(
+            f"{previous} is in the way: {output.command} sets {path} aside under that name while replacing it, and "
+            f"no run of it recorded making that one (it may be your copy); move or delete {previous}, or choose "
+            f"another {output.flag}"
+        )
 
 
 def _remove(path: Path) -> None:
@@ -443,16 +649,18 @@ def _nearly_full(path: Path) -> bool:
     return base is not None and shutil.disk_usage(base).free < 1 << 20
 
 
-def _move_into_place(staged: Path, path: Path) -> None:
-    """Renames `staged` to `path`; an existing `path` is set aside first (renames in one folder are atomic) and
-    deleted only once the new one is in place."""
+def _move_into_place(staged: Path, path: Path, output: Output) -> None:
+    """Renames `staged` to `path`; an existing `path` is set aside first (renames in one folder are atomic), recorded
+    in its lock before, and deleted only once the new one is in place."""
     if not path.exists():
         staged.rename(path)
         return
     if path.is_file():  # a file is replaced in one step
         os.replace(staged, path)
         return
+    _check_room_to_set_aside(path, output)  # again: a rename onto an empty folder or a link's name would replace it
     previous = _previous(path)
+    _note(path, "old", previous, os.lstat(path))
     path.rename(previous)
     try:
         staged.rename(path)
@@ -468,17 +676,18 @@ def staged_folder(path: str | Path, output: Output) -> Iterator[Path]:
     and becomes `path`, an earlier `path` replaced whole (so a set of files, a model's or the attention maps, is
     replaced as one); it is deleted otherwise. `path` must be new, empty or `output`'s own (`check_owned`, checked
     again here under the lock, for callers that did not check before their work)."""
-    path = _target(Path(path))
+    path = resolve_output(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with _writing(path, output.command):
-        _recover(path)
         check_owned(path, output)
+        _check_room_to_set_aside(path, output)
         staged = Path(tempfile.mkdtemp(prefix=_partial_prefix(path), dir=path.parent))
-        os.chmod(staged, 0o777 & ~_umask())  # as mkdir makes it (mkdtemp makes folders only their owner may open)
         try:
+            _note(path, "partial", staged, os.lstat(staged))
             yield staged
+            _settle_modes(staged)
             _write_marker(staged, output.command, _entries(staged))
-            _move_into_place(staged, path)
+            _move_into_place(staged, path, output)
         except BaseException as error:
             named = write_failure(error, path, staged)  # before the partial folder, which tells the file, is gone
             shutil.rmtree(staged, ignore_errors=True)
@@ -499,7 +708,7 @@ def staged_file(path: str | Path, command: str | None = None) -> Iterator[Path]:
         if writes_in_place(path):
             yield path
         else:
-            with _aside(_target(path), command) as staged:
+            with _aside(resolve_output(path), command) as staged:
                 yield staged
     except BaseException as error:  # a write through a file object names no file: name the output it was for
         named = write_failure(error, path)
@@ -511,11 +720,11 @@ def staged_file(path: str | Path, command: str | None = None) -> Iterator[Path]:
 @contextmanager
 def _aside(path: Path, command: str | None) -> Iterator[Path]:
     with _writing(path, command):
-        _recover(path)
         descriptor, name = tempfile.mkstemp(prefix=_partial_prefix(path), dir=path.parent)
-        os.close(descriptor)
         staged = Path(name)
         try:
+            with os.fdopen(descriptor) as handle:  # closed before the caller's library opens the path
+                _note(path, "partial", staged, os.fstat(handle.fileno()))
             yield staged
             _finish_file(staged, path)
             os.replace(staged, path)
@@ -534,10 +743,40 @@ def _finish_file(staged: Path, path: Path) -> None:
     os.chmod(staged, mode)
 
 
-def _umask() -> int:
-    umask = os.umask(0)  # the only way to read it is to set it
+def _settle_modes(folder: Path) -> None:
+    """Every file and folder under `folder`, and `folder` itself, with the permissions `open` and `mkdir` give a new
+    one under the user's umask, whatever the library that wrote it chose (safetensors makes its files only their
+    owner may read, mkdtemp its folders, and a copy keeps its source's mode)."""
+    umask = _umask()
+    for root, folders, files in os.walk(folder):
+        for name, mode in [*((name, 0o777) for name in folders), *((name, 0o666) for name in files)]:
+            entry = os.path.join(root, name)
+            if not os.path.islink(entry):  # a link has no mode of its own; chmod would change its target's
+                os.chmod(entry, mode & ~umask)
+    os.chmod(folder, 0o777 & ~umask)
+
+
+def _umask_by_setting() -> int:
+    umask = os.umask(0)
     os.umask(umask)
     return umask
+
+
+# os.umask reads the umask only by setting it, for the whole process: a file another thread creates in between gets
+# the temporary mask. So it is set only here, once, while this module is imported (before any of its writes), and
+# read from /proc/self/status (Linux 4.7 on) wherever that can be read, which also sees a later os.umask.
+_UMASK_AT_IMPORT = _umask_by_setting()
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return _UMASK_AT_IMPORT
 
 
 @contextmanager
@@ -553,16 +792,20 @@ def atomic_text(path: str | Path) -> Iterator:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def check_output_folder(path: str | Path, output: Output, need_bytes: int = 0) -> Path:
+def check_output_folder(
+    path: str | Path, output: Output, need_bytes: int = 0, inputs: Iterable[str | Path | None] = ()
+) -> Path:
     """`path` if `output.command` may write its folder there (`check_owned`, after what a killed run set aside is
-    restored); refused by name otherwise, and when the disk cannot be written or has less than `need_bytes` free. Its
-    lock is held from here until the folder is written (`staged_folder`)."""
-    target = _target(Path(path))
+    restored); refused by name otherwise: where it is or holds one of the command's `inputs` (`check_not_input`), and
+    when the disk cannot be written or has less than `need_bytes` free. Its lock is held from here until the folder
+    is written (`staged_folder`)."""
+    target = resolve_output(path)
+    check_not_input(path, inputs, flag=output.flag)
     check_writable(target, need_bytes)
     taken = claim(target, output.command)
     try:
-        _recover(target)
         check_owned(target, output)
+        _check_room_to_set_aside(target, output)
     except BaseException:
         if taken:
             release(target)
@@ -610,7 +853,7 @@ def check_writable(path: str | Path, need_bytes: int = 0) -> None:
         if not os.access(path, os.W_OK):
             raise OutputError(f"{path} cannot be written: {os.strerror(errno.EACCES)}")
         return
-    path = _target(path)
+    path = resolve_output(path)
     base = path.parent
     while not base.exists() and base != base.parent:
         base = base.parent

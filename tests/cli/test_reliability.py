@@ -9,7 +9,10 @@ stderr), on a real tiny checkpoint with a real tokenizer; pushes go to the proje
 import gzip
 import io
 import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
 
 import huggingface_hub
@@ -527,38 +530,71 @@ def hidden(parent) -> list[str]:
     return sorted(path.name for path in parent.iterdir() if path.name.startswith("."))
 
 
+KILLED_AVERAGE = """
+import os, signal, sys
+from pathlib import Path
+import modeling_vaswani.toolkit.outputs as outputs
+from modeling_vaswani.toolkit.training import averaging
+moment, output, *checkpoints = sys.argv[1:]
+def kill(*_):
+    os.kill(os.getpid(), signal.SIGKILL)
+if moment == "writing":
+    save = averaging.save_file
+    averaging.save_file = lambda *args, **kwargs: kill(save(*args, **kwargs))
+elif moment == "set-aside":
+    rename = outputs.Path.rename
+    def renamed(self, target):
+        rename(self, target)
+        if str(target).endswith(".old"):
+            kill()
+    outputs.Path.rename = renamed
+else:  # deleting the earlier output, once the new one is in place
+    outputs.shutil.rmtree = lambda path, *args, **kwargs: kill(Path(path, "config.json").unlink())
+averaging.average_checkpoints(checkpoints, output)
+"""
+
+
+def killed_average(moment: str, run, output) -> None:
+    """vaswani-average's library call killed (SIGKILL) at `moment`: what a real killed run leaves, and records."""
+    argv = [sys.executable, "-c", KILLED_AVERAGE, moment, str(output), *map(str, checkpoints(run))]
+    assert subprocess.run(argv, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode == -signal.SIGKILL
+
+
 def test_average_removes_the_staging_folders_a_killed_run_left(run, tmp_path):
-    stale = tmp_path / ".averaged.partial-x1y2z3"
-    make_checkpoint(stale, 9)  # complete or not, the run that wrote it did not finish
+    killed_average("writing", run, tmp_path / "averaged")
+    assert any(".averaged.partial-" in name for name in hidden(tmp_path))
+    make_checkpoint(tmp_path / ".averaged.partial-x1y2z3", 9)  # no run of ours recorded it: someone else's
     (tmp_path / ".other.tmp-keep").mkdir()  # another output's: not ours to remove
     output = average_checkpoints(checkpoints(run), tmp_path / "averaged")
-    assert hidden(tmp_path) == [".other.tmp-keep"]
+    assert hidden(tmp_path) == [".averaged.partial-x1y2z3", ".other.tmp-keep"]
     assert (output / "config.json").is_file()
 
 
 def test_average_restores_an_output_a_killed_swap_left_aside_even_when_it_then_fails(run, tmp_path):
     """Killed between the swap's two renames: the earlier output only under its hidden name, beside the staging."""
-    previous = make_checkpoint(tmp_path / ".averaged.old", 7)
-    make_checkpoint(tmp_path / ".averaged.partial-abc", 2)
+    average_checkpoints(checkpoints(run)[:1], tmp_path / "averaged")  # an earlier output of its own
+    killed_average("set-aside", run, tmp_path / "averaged")
+    assert not (tmp_path / "averaged").exists() and (tmp_path / ".averaged.old").is_dir()
     broken = make_checkpoint(tmp_path / "broken", 0)
     save_file({"v": torch.zeros(1)}, broken / "model.safetensors")
     with pytest.raises(ValueError, match="checkpoints differ in their tensors"):
         average_checkpoints([*checkpoints(run), broken], tmp_path / "averaged")
-    assert hidden(tmp_path) == [] and not previous.exists()
+    assert hidden(tmp_path) == []
     restored = tmp_path / "averaged" / "model.safetensors"
-    assert torch.equal(load_file(restored)["w"], torch.full((2, 3), 7.0))
+    assert torch.equal(load_file(restored)["w"], torch.full((2, 3), 1.0))
 
 
 def test_average_deletes_an_old_output_a_run_killed_while_deleting_it_left(run, tmp_path):
     average_checkpoints(checkpoints(run)[:1], tmp_path / "averaged")  # an earlier output of its own
-    (tmp_path / ".averaged.old").mkdir()
-    (tmp_path / ".averaged.old" / "half-deleted.txt").write_text("")
+    killed_average("deleting", run, tmp_path / "averaged")
+    assert (tmp_path / ".averaged.old").is_dir() and not (tmp_path / ".averaged.old" / "config.json").exists()
     average_checkpoints(checkpoints(run), tmp_path / "averaged")
     assert hidden(tmp_path) == []
+    assert torch.equal(load_file(tmp_path / "averaged" / "model.safetensors")["w"], torch.full((2, 3), 2.0))
 
 
 def test_average_refuses_an_output_holding_folders(run):
-    with pytest.raises(ValueError, match=f"output folder {run} holds checkpoint-1/, checkpoint-2/, "):
+    with pytest.raises(ValueError, match=f"--output {run} holds an input"):
         average_checkpoints(checkpoints(run)[1:], run)
     assert [path.name for path in checkpoints(run) if path.is_dir()] == [
         "checkpoint-1",

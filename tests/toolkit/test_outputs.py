@@ -466,8 +466,7 @@ def test_a_reader_restores_an_output_a_killed_run_set_aside_and_says_so(tmp_path
 
 def test_a_reader_is_told_how_to_restore_what_it_cannot_restore(tmp_path):
     with small_disk(tmp_path / "disk", "64k") as disk:
-        (disk / ".model.old").mkdir()
-        (disk / ".model.old" / "config.json").write_text("earlier")
+        killed_writer(written(disk / "model", **{"config.json": "earlier"}), "after-setting-aside")
         remounted = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True)
         if remounted.returncode != 0:
             pytest.skip(f"cannot remount read-only: {remounted.stderr.decode().strip()}")

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..checkpoints import is_ctranslate2_folder, local_folder, validate_checkpoint, validate_export
-from ..outputs import check_output_file
+from ..outputs import check_not_input, check_output_file, resolve_output
 from ..serving.engines import ENGINES
 from ..texts import iter_stream_lines, iter_text_lines
 
@@ -125,22 +125,19 @@ def add_model_arguments(parser: argparse.ArgumentParser, from_hub: bool = True) 
         )
 
 
-def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = ()) -> Path:
+def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = (), reads_stdin: bool = False) -> Path:
     """`path` if a file can be written there: its folder exists, can be written and has room for about the inputs'
-    size, and it is no folder, nor one of `inputs`, which writing it would destroy. Checked before any sentence is
-    translated, so that no work is lost at the end."""
-    path = Path(path)
-    if path.is_dir():
+    size, and it is no folder, nor one of `inputs` or (`reads_stdin`) standard input, which writing it would destroy
+    (`outputs.check_not_input`). Checked before any sentence is translated, so that no work is lost at the end."""
+    path, target = Path(path), resolve_output(path)
+    if target.is_dir():
         raise ValueError(f"--output {path} is a folder; expected the path of a file to write")
-    if not path.parent.is_dir():
+    if not target.parent.is_dir():
         raise ValueError(
-            f"--output {path}: the folder {path.parent} does not exist; expected a file in an existing folder"
+            f"--output {path}: the folder {target.parent} does not exist; expected a file in an existing folder"
         )
-    for source in inputs:
-        if source is not None and path.resolve() == Path(source).resolve():
-            raise ValueError(
-                f"--output {path} is also an input; expected another file, since writing it would destroy that input"
-            )
+    inputs = list(inputs)
+    check_not_input(path, inputs, reads_stdin)
     sizes = [Path(source).stat().st_size for source in inputs if source is not None and Path(source).is_file()]
     check_output_file(path, need_bytes=max(sizes, default=0))  # a translation is about as long as its source
     return path

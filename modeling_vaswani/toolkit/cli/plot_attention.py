@@ -52,7 +52,7 @@ def check_choices(config, kinds, layers, heads) -> None:
 @command("vaswani-plot-attention")
 def main(argv=None):
     _, arguments = parse_arguments(argv)
-    check_output_folder(arguments.output_dir, ATTENTION_MAPS)
+    check_output_folder(arguments.output_dir, ATTENTION_MAPS, inputs=[arguments.model])
     model, tokenizer = load_model_and_tokenizer(arguments.model, trust_remote_code=arguments.trust_remote_code)
     check_choices(model.config, arguments.kinds, arguments.layers, arguments.heads)
     check_sentences(tokenizer, [arguments.sentence], model.config.max_position_embeddings)

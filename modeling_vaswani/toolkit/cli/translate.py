@@ -58,15 +58,19 @@ import os
 import stat
 import sys
 
-from ..checkpoints import local_folder
+from transformers import AutoTokenizer
+
+from ..checkpoints import load_tokenizer, local_folder
 from ..data.markup import check_markup_text
+from ..data.sentences import check_language
 from ..evaluation.alignment import pharaoh, translate_aligned
 from ..evaluation.documents import translate_markup
-from ..evaluation.terminology import Glossary
+from ..evaluation.terminology import Glossary, check_clashes, sentence_terms
 from ..evaluation.translate import (
     InputError,
     input_token_limit,
     source_language,
+    split_input,
     translate,
     translate_nbest,
 )
@@ -154,6 +158,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
         parser.error(f"{' and '.join(required)} need(s) the paper's decoding; drop --no_paper_decoding")
     if arguments.source_lang is not None and arguments.no_split_sentences:
         parser.error("--source_lang chooses how lines are split into sentences; drop it or --no_split_sentences")
+    arguments.source_lang = check_language(arguments.source_lang, "--source_lang")
     if arguments.format is None:
         html = (arguments.input or "").lower().endswith((".html", ".htm"))
         arguments.format = "html" if html else "text"
@@ -213,7 +218,9 @@ def main(argv=None):
     _, arguments = parse_arguments(argv)
     if arguments.output:
         check_output_path(
-            arguments.output, [arguments.input, arguments.target_prefix, arguments.constraints, arguments.avoid]
+            arguments.output,
+            [arguments.input, arguments.target_prefix, arguments.constraints, arguments.avoid],
+            reads_stdin=arguments.input is None,
         )
     check_models(arguments.model, arguments.revision)  # a typo in the second model is not found after the first loads
     check_engine_serves(arguments)
@@ -225,6 +232,7 @@ def main(argv=None):
     sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
     prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
     terms = read_terms(arguments, None if sentences is None else len(sentences))
+    check_terms_first(arguments, sentences, terms)
     if sentences is not None and arguments.format != "text":  # markup.Document's rule, before the model loads
         check_markup_text("\n".join(sentences), arguments.input or "standard input")
     model, tokenizer, others = load_ensemble(
@@ -363,6 +371,41 @@ def read_terms(arguments: argparse.Namespace, sentences: int | None) -> dict:
     if arguments.glossary is not None:
         terms["glossary"] = Glossary.read(arguments.glossary)
     return terms
+
+
+def check_terms_first(arguments: argparse.Namespace, sentences: list[str] | None, terms: dict) -> None:
+    """Before any model loads, with the first model's tokenizer alone, what `terminology.sentence_terms` refuses: a
+    phrase to avoid inside a phrase to hold of the same line, constraints for a line of several sentences or none;
+    named by file and line. Where standard input is a pipe, read once the model is there, only what the files tell
+    is checked here (its lines' glossary terms are checked as they are translated)."""
+    if not terms:
+        return
+    tokenizer = first_tokenizer(arguments)
+
+    def name(field: str, line: int | None) -> str:
+        where = f"--{field} {getattr(arguments, field)}"
+        return where if line is None else f"{where}, line {line}"
+
+    if sentences is None:
+        check_clashes(tokenizer, terms.get("constraints"), terms.get("avoid"), None, name)
+        return
+    layout = None
+    if not arguments.no_split_sentences:
+        language = source_language(arguments.model[0], tokenizer, arguments.source_lang, arguments.revision)
+        layout = split_input(sentences, tokenizer, language)
+    sentence_terms(
+        layout, layout.sentences if layout else sentences, terms.get("constraints"), terms.get("avoid"),
+        terms.get("glossary"), tokenizer, name,
+    )  # fmt: skip
+
+
+def first_tokenizer(arguments: argparse.Namespace):
+    """The first model's tokenizer, loaded alone: a folder's as its checks load it, a Hub model's from the Hub."""
+    folder = local_folder(arguments.model[0])
+    if folder is not None:
+        return load_tokenizer(folder)
+    options = {"revision": arguments.revision, "trust_remote_code": arguments.trust_remote_code}
+    return AutoTokenizer.from_pretrained(arguments.model[0], **options)
 
 
 def check_prefix_count(path: str | None, prefixes: list[str] | None, sentences: int) -> None:

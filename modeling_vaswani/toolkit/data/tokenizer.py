@@ -84,7 +84,7 @@ def train_tokenizer(
     """
     paths = _check_files(files)
     if output_dir is not None:
-        check_output_folder(output_dir, TRAINED_TOKENIZER)
+        check_output_folder(output_dir, TRAINED_TOKENIZER, inputs=paths)
     lines = (text for path in paths for _, text in iter_text_lines(path))  # bad bytes raise with file and line
     where = [str(path) for path in paths]
     return train_tokenizer_from_texts(lines, vocab_size, output_dir, min_frequency, show_progress, where=where)

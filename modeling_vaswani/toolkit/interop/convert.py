@@ -7,7 +7,7 @@ converted weights (`converted_model`) and the saving into a checked output folde
 """
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ...configuration_vaswani import VaswaniConfig
@@ -81,12 +81,12 @@ def converted_model(config: VaswaniConfig, weights: dict, expected: str) -> Vasw
 
 
 def convert_checkpoint(
-    output_dir: str | Path, load_and_convert: Callable[[], tuple]
+    output_dir: str | Path, load_and_convert: Callable[[], tuple], inputs: Iterable[str | Path] = ()
 ) -> VaswaniForConditionalGeneration:
-    """The output folder checked (new, empty or an earlier converted model, replaced whole) before any work, then
-    `load_and_convert()` (the source's reading, checks and conversion: the model and its tokenizer), both saved into
-    `output_dir`. Returns the model."""
-    check_output_folder(output_dir, CONVERTED)
+    """The output folder checked (new, empty or an earlier converted model, replaced whole, and none of the source's
+    `inputs`) before any work, then `load_and_convert()` (the source's reading, checks and conversion: the model and
+    its tokenizer), both saved into `output_dir`. Returns the model."""
+    check_output_folder(output_dir, CONVERTED, inputs=inputs)
     model, tokenizer = load_and_convert()
     save_pretrained(output_dir, CONVERTED, model, tokenizer)
     return model

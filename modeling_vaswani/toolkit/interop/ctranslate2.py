@@ -59,6 +59,7 @@ EXPORTED = Output(
     "vaswani-export-ctranslate2",
     "output folder",
     older_output(lambda folder: (folder / EXPORT_FILE).is_file(), EXPORT_OUTPUT),
+    EXPORT_OUTPUT,
 )
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_bfloat16", "float16", "bfloat16")
@@ -217,7 +218,7 @@ def export_ctranslate2(
     output_dir = Path(output_dir)
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"quantization {quantization!r} is unknown; expected one of {', '.join(QUANTIZATIONS)}")
-    check_output_folder(output_dir, EXPORTED)
+    check_output_folder(output_dir, EXPORTED, inputs=[name_or_path])
     model, tokenizer = load_model_and_tokenizer(name_or_path, revision=revision)
     bytes_per_weight = 4 if quantization == "float32" else 2 if quantization in ("float16", "bfloat16") else 1
     check_writable(output_dir, need_bytes=bytes_per_weight * sum(p.numel() for p in model.parameters()))

@@ -453,4 +453,5 @@ def convert_fairseq_checkpoint(
         lambda: convert_fairseq(
             load_checkpoint(checkpoint_path), read_dictionary(dictionary_path), read_codes(codes_path)
         ),
+        inputs=[checkpoint_path, dictionary_path, codes_path],
     )

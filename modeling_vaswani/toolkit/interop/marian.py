@@ -323,4 +323,4 @@ def convert_marian_checkpoint(
         model, tokenizer = load_marian(name_or_path, revision)
         return convert_marian(model, tokenizer), tokenizer
 
-    return convert_checkpoint(output_dir, load_and_convert)
+    return convert_checkpoint(output_dir, load_and_convert, inputs=[name_or_path])

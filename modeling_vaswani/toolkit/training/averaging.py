@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..checkpoints import check_same_tokenizer, is_vaswani_folder, open_weights, validate_checkpoint, weight_map
-from ..outputs import AVERAGED, OutputError, check_output_folder, recover, restore_set_aside, staged_folder
+from ..outputs import AVERAGED, check_not_input, check_output_folder, recover, restore_set_aside, staged_folder
 
 logger = logging.getLogger(__name__)
 
@@ -63,9 +63,7 @@ def average_checkpoints(
     if vaswani_only:
         for checkpoint in checkpoints:
             validate_checkpoint(checkpoint)
-    if any(output_dir.resolve() == checkpoint.resolve() for checkpoint in checkpoints):
-        # Replacing a checkpoint with the average would destroy the training state it holds.
-        raise OutputError(f"output folder {output_dir} is one of the checkpoints being averaged")
+    check_not_input(output_dir, checkpoints, flag=AVERAGED.flag)  # a checkpoint's training state, destroyed
     recover(output_dir)
     weight_maps = [weight_map(checkpoint) for checkpoint in checkpoints]
     _check_same_keys(checkpoints, weight_maps)
@@ -73,7 +71,7 @@ def average_checkpoints(
     if is_vaswani_folder(checkpoints[-1]):  # its config.json, tokenizer and tensors agree, as the average's will
         validate_checkpoint(checkpoints[-1])
     need = sum(path.stat().st_size for path in set(weight_maps[-1].values()))
-    check_output_folder(output_dir, AVERAGED, need_bytes=need)
+    check_output_folder(output_dir, AVERAGED, need_bytes=need, inputs=checkpoints)
     with staged_folder(output_dir, AVERAGED) as staged:
         _write_averaged_weights(checkpoints, weight_maps, staged)
         _copy_model_files(checkpoints[-1], staged)

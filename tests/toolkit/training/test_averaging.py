@@ -158,7 +158,7 @@ def test_differing_integer_tensors_are_an_error(tmp_path):
 def test_other_argument_errors(three_checkpoints, tmp_path):
     with pytest.raises(ValueError, match="no checkpoints"):
         average_checkpoints([], tmp_path / "out")
-    with pytest.raises(ValueError, match="is one of the checkpoints"):
+    with pytest.raises(ValueError, match="is also an input; expected another folder"):
         average_checkpoints(three_checkpoints, three_checkpoints[-1])
     (tmp_path / "empty").mkdir()
     with pytest.raises(CheckpointError, match="has no weights: expected model.safetensors or model.safetensors.index"):
