@@ -624,6 +624,8 @@ class HubServer:
         self.commit_log: list[dict] = []
         self.lfs_log: list[dict] = []
         self.request_log: list[tuple[str, str]] = []
+        # Repositories whose next commit another client's commit overtakes (`overtake`): a push racing another.
+        self.overtaken: dict[str, bytes] = {}
         self.httpd = None
         self.thread = None
 
@@ -675,6 +677,12 @@ class HubServer:
                 repo.resolve(branch)  # an unknown revision is a 404 RevisionNotFound
                 raise HubError(400, f"Commits can only be made on a branch, not on {branch}")
             head = meta["refs"][branch]
+            if repo.id in self.overtaken:  # another client's commit lands first, as it would between two requests
+                tree = apply_operations(
+                    repo.commit(head)["tree"], [("add", "raced.txt", repo.store_blob(self.overtaken.pop(repo.id)))]
+                )
+                head = meta["refs"][branch] = repo.write_commit(head, tree, "another client's commit")
+                repo.save_meta(meta)
             if header.get("parentCommit") not in (None, head):
                 raise HubError(412, f"A commit has happened since {header['parentCommit']}, the head is now {head}")
             tree = apply_operations(repo.commit(head)["tree"], operations)
@@ -682,6 +690,11 @@ class HubServer:
             meta["refs"][branch] = oid
             repo.save_meta(meta)
         return head, oid
+
+    def overtake(self, repo_id: str, content: bytes = b"another push") -> None:
+        """The next commit to `repo_id` is overtaken: another client's commit (adding raced.txt) lands just before it,
+        after the client looked at the repository, as when two pushes race."""
+        self.overtaken[repo_id] = content
 
     def record_commit(self, repo: Repo, branch, parent, oid, files, deleted) -> None:
         entry = {"repo_type": repo.type, "repo_id": repo.id, "branch": branch, "parent": parent, "oid": oid}

@@ -3,9 +3,12 @@
 vaswani-push runs/wmt14-base/averaged user/vaswani-base-wmt14-en-de
 vaswani-push runs/small/averaged user/vaswani-small-multi30k
 
-Uploads the weights (safetensors), config, generation config, tokenizer, results.json, the model's code and
-translation pipeline (so the repository loads with trust_remote_code=True without this package), and README.md, the
-model card rendered from model_card.md with the checkpoint's configuration and the BLEU of its results.json. A folder
+Uploads the model's files alone: the weights (safetensors), config, generation config, tokenizer, results.json, what
+the folder's .vaswani-output.json names, the model's code and translation pipeline (so the repository loads with
+trust_remote_code=True without this package), and README.md, the model card rendered from model_card.md with the
+checkpoint's configuration and the BLEU of its results.json; it prints each file pushed and each earlier model's file
+deleted, then the URL. Any other file in the folder (notes, logs, keys) is refused by name unless --include adds it
+(the Trainer's optimizer and RNG state of a checkpoint-N folder are left out). A folder
 that is not a valid checkpoint, or has no results.json (unless --no_results), is refused before anything is uploaded.
 A folder whose weights do not open, or do not match config.json (every tensor's shape is checked), and a repo_id that
 is not a Hub id are refused as well. The card names the test set that results.json records (vaswani-train writes
@@ -29,6 +32,13 @@ def main(argv=None):
     parser.add_argument("--revision", help="push to this branch, created from main if needed (default: main)")
     parser.add_argument("--commit_message", help="the commit's message")
     parser.add_argument("--no_results", action="store_true", help="a model card without evaluation section")
+    parser.add_argument(
+        "--include",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="also push these files of the folder: a name or glob pattern (notes.md, 'images/*.png'); repeatable",
+    )
     parser.add_argument(
         "--template",
         help="base or big: the paper's model the card compares with (default: by d_model); or a card template file",
@@ -61,6 +71,8 @@ def main(argv=None):
         with_results=not arguments.no_results,
         template=arguments.template,
         test_set=test_set,
+        include=arguments.include,
+        report=print,
     )
     print(url)
 

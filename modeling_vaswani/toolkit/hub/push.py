@@ -7,16 +7,24 @@ and its measured results (results.json, written by vaswani-train); a template fi
 no placeholder ever reaches the Hub. A checkpoint without results.json is refused unless the card is asked for
 without its evaluation section (`with_results=False`, `--no_results`).
 
-The push uploads a staging copy of the folder's top-level files (subfolders such as checkpoint-N stay local) with the
-card as README.md, the model's code and pipeline from this package, and config.json naming them (`auto_map`,
-`custom_pipelines`), so that the repository loads with `trust_remote_code=True` where the package is not installed.
+The push uploads the model's files and nothing else: those the checkpoint opener knows as a model's (config.json,
+the weights it opens, with their index; the tokenizer's files; generation_config.json; results.json) and those the
+folder's marker names as its command's output (`outputs.MARKER`: vaswani-train's translations beside its model). Any
+other file (a user's notes, a log, a key) is refused by name before any request, unless `include` adds it; the
+Trainer's training state of a checkpoint-N folder (optimizer, scheduler, RNG state) is left out, named; subfolders
+and hidden files stay local. The card is uploaded as README.md (a user's own text: `--template FILE`), with the model's
+code and pipeline from this package, config.json naming them (`auto_map`, `custom_pipelines`), so that the
+repository loads with `trust_remote_code=True` where the package is not installed, and MANIFEST, the list of what the
+push uploaded.
 
-A push replaces the model: it is one commit that adds the folder's files and deletes the repository's files of a
-kind the model is made of (weights in any layout or format, the tokenizer's files, results.json) that the new model
-does not have. An earlier push of another layout (one model.safetensors against shards and their index, another
-number of shards, a pytorch_model.bin) can then never be loaded in place of, or beside, the new one. Files of other
-kinds (a user's notes, images for the card) stay. The commit names its parent, the state the deletions were computed
-on: a push that raced another one is refused by the Hub rather than deleting from a state it did not see.
+A push replaces the model in one commit that adds its files and deletes the earlier model's files that it does not
+have: those the earlier push's MANIFEST lists, and no other file (anyone's own files added by hand stay). A repository
+without a MANIFEST (the Trainer's push, or a version before it) has no record of what its model was: there the files
+of a kind a model is made of (weights in any layout or format, the tokenizer's files, results.json) that the new model
+lacks are deleted, so that an earlier model of another layout (one model.safetensors against shards and their index,
+another number of shards, a pytorch_model.bin) can never be loaded in place of, or beside, the new one. The commit
+names its parent, the state the deletions were computed on: a push that raced another one is refused by the Hub
+(412), told as `PushRaced`, rather than deleting from a state it did not see.
 """
 
 import fnmatch
@@ -26,16 +34,27 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard
+from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers.tokenization_utils_base import (
+    ADDED_TOKENS_FILE,
+    CHAT_TEMPLATE_FILE,
+    SPECIAL_TOKENS_MAP_FILE,
+    TOKENIZER_CONFIG_FILE,
+)
+from transformers.trainer import OPTIMIZER_NAME, SCALER_NAME, SCHEDULER_NAME, TRAINER_STATE_NAME, TRAINING_ARGS_NAME
+from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ...configuration_vaswani import VaswaniConfig
 from ...remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
-from ..checkpoints import RESULTS, Checkpoint, CheckpointError, read_json, validate_checkpoint
+from ..checkpoints import RESULTS, Checkpoint, CheckpointError, read_json, validate_checkpoint, weight_files
+from ..outputs import MARKER, marked_files
 from ..texts import read_text
 
 logger = logging.getLogger(__name__)
@@ -63,12 +82,33 @@ OTHER_METRIC_FIELDS = {
     "ter": ("test", "ter"),
     "ter_signature": ("test", "ter_signature"),
 }
+# What a push uploaded, written by it into the repository: the next push deletes exactly these of the files it lacks.
+MANIFEST = "vaswani_push.json"
 # Written into the staging folder from this package, replacing whatever the checkpoint holds.
-REPLACED = {"README.md", "config.json"}
+REPLACED = {"README.md", "config.json", MANIFEST}
+# What a tokenizer's save_pretrained writes beside the vocabulary files its class names (`vocab_files_names`).
+TOKENIZER_FILES = (
+    TOKENIZER_CONFIG_FILE,
+    SPECIAL_TOKENS_MAP_FILE,
+    ADDED_TOKENS_FILE,
+    CHAT_TEMPLATE_FILE,
+    "chat_template.json",
+)
+# A model's files beside its weights and tokenizer, as the checkpoint opener reads them.
+MODEL_FILES = ("config.json", "generation_config.json", RESULTS, "README.md")
+# The Trainer's state of a checkpoint-N folder: known, and not the model's (a resume needs it, a model user not).
+TRAINING_STATE = (
+    OPTIMIZER_NAME,
+    SCHEDULER_NAME,
+    SCALER_NAME,
+    TRAINER_STATE_NAME,
+    TRAINING_ARGS_NAME,
+    "rng_state*.pth",
+)
 # The kinds of file a model is made of, as transformers reads them from a repository's top level: the weights in every
 # layout and format from_pretrained looks for (one file, shards and their index, variants such as model.fp16.*),
-# what a tokenizer's save_pretrained writes, and the results the card reports. A push deletes those of the repository
-# that the pushed model does not have (`stale_files`).
+# what a tokenizer's save_pretrained writes, and the results the card reports. A push over a repository without a
+# MANIFEST deletes those of the repository that the pushed model does not have (`stale_files`).
 MODEL_FILE_PATTERNS = (
     "*.safetensors",
     "*.safetensors.index.json",
@@ -300,32 +340,121 @@ def check_card(card: str, with_results: bool) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-def stage(checkpoint: Checkpoint, card: str, staging: Path) -> None:
-    """The files to upload: the checkpoint's top-level files, the card, this package's code and a config naming it."""
-    code = payload_files()
-    replaced = REPLACED | {path.name for path in code}
-    for path in sorted(checkpoint.folder.iterdir()):
-        if path.is_file() and not path.name.startswith(".") and path.name not in replaced:
-            link_or_copy(path, staging / path.name)
-    for path in code:
+class PushRaced(ValueError):
+    """Another push changed the repository between this push's look at it and its commit: nothing was committed."""
+
+
+def model_files(checkpoint: Checkpoint) -> set[str]:
+    """The top-level names in the checkpoint's folder that are the model's: what the checkpoint opener read
+    (config.json, the weights and their index, the tokenizer's files as its class names them, generation_config.json,
+    results.json), the card, this package's code, and what the folder's marker names as its command's output."""
+    folder = checkpoint.folder
+    weights = {path.name for path in weight_files(folder)}
+    if SAFE_WEIGHTS_NAME not in weights:  # shards, which their index names
+        weights.add(SAFE_WEIGHTS_INDEX_NAME)
+    tokenizer = {*checkpoint.tokenizer.vocab_files_names.values(), *TOKENIZER_FILES}
+    names = {path.name for path in folder.iterdir() if path.is_file()}
+    known = weights | tokenizer | set(MODEL_FILES) | payload_names() | set(marked_files(folder) or ())
+    return names & known
+
+
+def included_files(folder: Path, include: Iterable[str]) -> dict[str, Path]:
+    """What `include` adds (file names or glob patterns relative to `folder`, subfolders allowed), by path in the
+    repository; a pattern that names no file of the folder, or a file outside it, is refused."""
+    root, chosen = folder.resolve(), {}
+    for pattern in include:
+        if Path(pattern).is_absolute():
+            raise CheckpointError(f"--include {pattern}: expected a file or pattern relative to {folder}")
+        found = [path for path in sorted(folder.glob(pattern)) if path.is_file()]
+        outside = [path for path in found if not path.resolve().is_relative_to(root)]
+        if outside or not found:
+            what = f"names {outside[0]}, outside it" if outside else "matches no file in it"
+            raise CheckpointError(f"--include {pattern} {what}; expected files of {folder}")
+        chosen.update({path.relative_to(folder).as_posix(): path for path in found})
+    written = sorted(set(chosen) & (REPLACED | payload_names()))
+    if written:
+        raise CheckpointError(
+            f"--include names {', '.join(written)}, which the push writes itself (the card, the config naming the "
+            "code, the code, the list of files); expected other files (your own card: --template FILE)"
+        )
+    return chosen
+
+
+def files_to_push(checkpoint: Checkpoint, include: Iterable[str] = ()) -> tuple[dict[str, Path], list[str]]:
+    """({path in the repository: local file} of the checkpoint folder's files to upload, the Trainer's state files
+    left out).
+    Every other top-level file is refused by name unless `include` adds it, so that a push never uploads a file the
+    user did not know was there (a key, a log); hidden files and subfolders stay local unless included."""
+    folder = checkpoint.folder
+    included = included_files(folder, include)
+    model = model_files(checkpoint)
+    files = {name: folder / name for name in model if name not in REPLACED and name not in payload_names()}
+    left, others = [], []
+    for path in sorted(folder.iterdir()):
+        if path.name in model or path.name in included or not path.is_file() or path.name.startswith("."):
+            continue
+        (left if matches(path.name, TRAINING_STATE) else others).append(path.name)
+    if others:
+        raise CheckpointError(
+            f"{folder} holds {', '.join(others)}, which {'is' if len(others) == 1 else 'are'} not the model's files "
+            f"(config.json, weights, tokenizer, generation_config.json, {RESULTS}, or what its {MARKER} names); "
+            "expected only those: push such a file on purpose with --include NAME, or move it out of the folder"
+        )
+    return {**files, **included}, left
+
+
+def payload_names() -> set[str]:
+    return {path.name for path in payload_files()}
+
+
+def matches(name: str, patterns: Iterable[str]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def stage(checkpoint: Checkpoint, files: dict[str, Path], card: str, staging: Path) -> None:
+    """The files to upload: `files`, the card, this package's code, a config naming it, and the MANIFEST of them."""
+    for name, path in files.items():
+        (staging / name).parent.mkdir(parents=True, exist_ok=True)
+        link_or_copy(path, staging / name)
+    for path in payload_files():
         shutil.copyfile(path, staging / path.name)
     config = read_json(checkpoint.folder / "config.json")
     config.update(auto_map=AUTO_MAP, custom_pipelines=CUSTOM_PIPELINES)
     (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (staging / "README.md").write_text(card, encoding="utf-8")
-
-
-def stale_files(remote: list[str], pushed: set[str]) -> list[str]:
-    """The files of `remote` (a repository's paths) that a push of `pushed` (top-level names) deletes: those at the
-    top level of a kind a model is made of (MODEL_FILE_PATTERNS) that the pushed model does not have. Subfolders are
-    not the model's files: from_pretrained reads the top level."""
-    return sorted(
-        path
-        for path in remote
-        if "/" not in path
-        and path not in pushed
-        and any(fnmatch.fnmatchcase(path, pattern) for pattern in MODEL_FILE_PATTERNS)
+    pushed = sorted(
+        [*(path.relative_to(staging).as_posix() for path in staging.rglob("*") if path.is_file()), MANIFEST]
     )
+    (staging / MANIFEST).write_text(json.dumps({"files": pushed}, indent=2) + "\n", encoding="utf-8")
+
+
+def stale_files(remote: list[str], pushed: set[str], earlier: list[str] | None = None) -> list[str]:
+    """The files of `remote` (a repository's paths) that a push of `pushed` deletes: with `earlier` (the files the
+    earlier push's MANIFEST lists) those of them that the new model does not have, and no other; without, those at the
+    top level of a kind a model is made of (MODEL_FILE_PATTERNS) that the pushed model does not have (subfolders are
+    not a model's files: from_pretrained reads the top level)."""
+    if earlier is not None:
+        return sorted(set(earlier) & set(remote) - pushed)
+    return sorted(
+        path for path in remote if "/" not in path and path not in pushed and matches(path, MODEL_FILE_PATTERNS)
+    )
+
+
+def earlier_manifest(api: HfApi, repo_id: str, head: str, remote: list[str]) -> list[str] | None:
+    """The files the earlier push listed in the repository's MANIFEST at `head`, or None where it has none."""
+    if MANIFEST not in remote:
+        return None
+    path = Path(api.hf_hub_download(repo_id, MANIFEST, revision=head))
+    try:
+        files = json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as error:
+        files = error
+    if not isinstance(files, list) or not all(isinstance(name, str) for name in files):
+        raise CheckpointError(
+            f"{repo_id}: {MANIFEST} is not the list of files vaswani-push writes ({files}); expected "
+            '{"files": [...]}: delete it from the repository to have the model files of every kind replaced'
+        )
+    return files
 
 
 def link_or_copy(source: Path, target: Path) -> None:
@@ -346,42 +475,64 @@ def push_checkpoint(
     with_results: bool = True,
     template: str | None = None,
     test_set: EvaluationSet | dict | None = None,
+    include: Iterable[str] = (),
+    report: Callable[[str], None] | None = None,
 ) -> str:
-    """Validates `folder`, renders its card, and uploads it to `repo_id` (created if needed; `private` applies only
-    then) on `revision`, a branch created from main if it does not exist. Returns the repository's URL.
+    """Validates `folder`, renders its card, and uploads the model's files (`files_to_push`; `include` adds others)
+    to `repo_id` (created if needed; `private` applies only then) on `revision`, a branch created from main if it does
+    not exist. Returns the repository's URL; `report` (default: the log) is given one line for each file pushed, left
+    out, or deleted.
 
     Everything that can be wrong with the folder is found before the first request to the Hub. Files that did not
     change since the last push are not uploaded again (the client compares hashes with the Hub's). The push is one
-    commit, which also deletes the repository's model files that this model does not have (`stale_files`): the
-    repository then holds this model's weights alone, in this folder's layout.
+    commit, which also deletes the earlier model's files that this model does not have (`stale_files`). A push that
+    another one overtook is refused (`PushRaced`) with nothing committed.
     """
+    report = report or logger.warning
     try:
         validate_repo_id(repo_id)
     except HFValidationError as error:
         raise CheckpointError(f"{repo_id!r} is not a Hub repository id ({error}); expected user/name") from error
     checkpoint = validate_checkpoint(folder)
+    files, left_out = files_to_push(checkpoint, include)
     card = render_model_card(checkpoint, repo_id, test_set, with_results, template)
     api = HfApi()
     with tempfile.TemporaryDirectory(prefix="vaswani-push-") as staging:
-        stage(checkpoint, card, Path(staging))
+        stage(checkpoint, files, card, Path(staging))
         # Not private: None leaves the visibility to the Hub's default for the account, as the Trainer does.
         url = api.create_repo(repo_id, private=private or None, exist_ok=True)
         if revision is not None:
             api.create_branch(repo_id, branch=revision, exist_ok=True)
         # The deletions are computed on one commit, which the new commit names as its parent.
         head = api.model_info(repo_id, revision=revision).sha
-        added = [CommitOperationAdd(path.name, path) for path in sorted(Path(staging).iterdir())]
+        added = [
+            CommitOperationAdd(path.relative_to(staging).as_posix(), path)
+            for path in sorted(Path(staging).rglob("*"))
+            if path.is_file()
+        ]
         pushed = {operation.path_in_repo for operation in added}
-        stale = stale_files(api.list_repo_files(repo_id, revision=head), pushed)
-        if stale:
-            logger.warning(
-                "%s: deleting the earlier model's files that this one does not have: %s", repo_id, ", ".join(stale)
+        remote = api.list_repo_files(repo_id, revision=head)
+        stale = stale_files(remote, pushed, earlier_manifest(api, repo_id, head, remote))
+        for name in sorted(pushed):
+            report(f"pushing {name}")
+        for name in left_out:
+            report(f"left out {name} (the Trainer's training state, not the model's)")
+        for name in stale:
+            report(f"deleting {name} (the earlier model's; this one does not have it)")
+        try:
+            api.create_commit(
+                repo_id,
+                [*added, *(CommitOperationDelete(path) for path in stale)],
+                commit_message=commit_message
+                or f"Upload {checkpoint.folder.name} with modeling_vaswani.toolkit.hub.push",
+                revision=revision,
+                parent_commit=head,
             )
-        api.create_commit(
-            repo_id,
-            [*added, *(CommitOperationDelete(path) for path in stale)],
-            commit_message=commit_message or f"Upload {checkpoint.folder.name} with modeling_vaswani.toolkit.hub.push",
-            revision=revision,
-            parent_commit=head,
-        )
+        except HfHubHTTPError as error:
+            if error.response is None or error.response.status_code != 412:
+                raise
+            raise PushRaced(
+                f"{repo_id} ({revision or 'main'}): another push changed the repository while this one was being "
+                "prepared, so nothing was committed (its deletions were computed on the earlier state); push again"
+            ) from error
     return str(url)

@@ -38,6 +38,7 @@ EXPECTED_FILES = {
     "results.json",
     "tokenizer.json",
     "tokenizer_config.json",
+    "vaswani_push.json",  # what the push uploaded, for the next push to replace
     *PAYLOAD_FILES,  # the model's code, the pipeline's, and what they import
 }
 

@@ -16,6 +16,7 @@ from modeling_vaswani.toolkit.hub.push import (
     CUSTOM_PIPELINES,
     TEMPLATE,
     EvaluationSet,
+    files_to_push,
     render_model_card,
     render_template,
     stage,
@@ -317,7 +318,8 @@ def test_staging_adds_the_code_and_config_and_leaves_the_checkpoint_alone(checkp
     before = {path.name: path.read_bytes() for path in checkpoint.iterdir() if path.is_file()}
     staging = tmp_path / "staging"
     staging.mkdir()
-    stage(validate_checkpoint(checkpoint), "the card", staging)
+    valid = validate_checkpoint(checkpoint)
+    stage(valid, files_to_push(valid)[0], "the card", staging)
 
     assert {path.name: path.read_bytes() for path in checkpoint.iterdir() if path.is_file()} == before
     names = {path.name for path in staging.iterdir()}

@@ -142,35 +142,29 @@ def test_a_branch_push_replaces_the_branchs_model_and_leaves_main(hub_server, hu
     assert "model.safetensors" in repo.commit(hub_server.head(repo_id))["tree"], "main keeps its model"
 
 
-# The repository changes between the push's look at it and its commit (another push, racing): the commit names the
-# state it computed its deletions on, and the Hub refuses it rather than deleting from a state it never saw.
+# The repository changes between the push's look at it and its commit (another push, racing: the server lets another
+# client's commit land first): the commit names the state it computed its deletions on, and the Hub refuses it rather
+# than deleting from a state it never saw.
 RACED = """
 import json, sys
-from huggingface_hub import CommitOperationAdd, HfApi
-from huggingface_hub.errors import HfHubHTTPError
-from modeling_vaswani.toolkit.hub import push
+from huggingface_hub import HfApi
+from modeling_vaswani.toolkit.hub.push import PushRaced, push_checkpoint
 
 repo, folder = sys.argv[1], sys.argv[2]
-api = HfApi()
-api.create_repo(repo)
-stale_files = push.stale_files
-def raced(remote, pushed):
-    api.create_commit(repo, [CommitOperationAdd("pytorch_model-00001-of-00002.bin", b"\\0")], commit_message="race")
-    return stale_files(remote, pushed)
-push.stale_files = raced
 try:
-    push.push_checkpoint(folder, repo)
-    print(json.dumps({"status": None}))
-except HfHubHTTPError as error:
-    print(json.dumps({"status": error.response.status_code, "files": sorted(api.list_repo_files(repo))}))
+    push_checkpoint(folder, repo)
+    print(json.dumps({"raced": None}))
+except PushRaced as error:
+    print(json.dumps({"raced": str(error), "files": sorted(HfApi().list_repo_files(repo))}))
 """
 
 
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_push_that_races_another_is_refused_and_changes_nothing(hub_server, hub_env, folders):
+    hub_server.overtake("user/layout-raced")
     out = run_client(RACED, hub_env, "user/layout-raced", folders["single"])
-    assert out["status"] == 412, out
-    assert out["files"] == [".gitattributes", "pytorch_model-00001-of-00002.bin"]
+    assert "another push changed the repository" in out["raced"], out
+    assert out["files"] == [".gitattributes", "raced.txt"]
 
 
 def test_stale_files_are_the_top_level_model_files_the_push_lacks():
