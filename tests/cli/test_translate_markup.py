@@ -11,6 +11,7 @@ from helpers.training_setup import run_command
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
 from modeling_vaswani.toolkit.evaluation.documents import translate_markup
+from modeling_vaswani.toolkit.evaluation.translate import translate
 from modeling_vaswani.toolkit.serving.engines import load_translator
 
 OPTIONS = ["--max_new_tokens", "6"]
@@ -70,4 +71,37 @@ def test_a_character_markup_cannot_hold_is_one_line_naming_its_input_line(checkp
     error = refused(translate_command.main, argv, capsys)
     code = 1 if written == "\x01" else 12
     assert f"{source} holds U+{code:04X}" in error and "at line 3, character 8" in error and "--format text" in error
+    assert not output.exists()
+
+
+def test_a_br_between_two_sentences_loses_no_word(loaded):
+    """Issue 51, item 7: `bike.<br/>He smiles.` lost the words on both sides of the <br/> (written inside it, and an
+    empty element holds no text). The output without its tags is the same model's plain translation of the text
+    with a space for the <br/>, written here by hand; xml.etree reads it."""
+    line = "A man in a blue shirt is riding a bike.<br/>He smiles."
+    [output] = translate_markup(*loaded, [line], "xml-inline", max_new_tokens=6)
+    [plain] = translate(*loaded, ["A man in a blue shirt is riding a bike. He smiles."], max_new_tokens=6)
+    text, shape = xml_shape(output)
+    assert (text, shape) == (plain, [("br", {}, [])])
+
+
+def test_a_page_300_elements_deep_is_translated_whole(loaded):
+    """Issue 51, item 7: 300 nested <div>s around a sentence, then a paragraph, came out as 254 empty <div>s, both
+    sentences gone, exit 0. Each sentence now comes out as the same model's plain translation of it."""
+    page = "<div>" * 300 + "A man rides a bike." + "</div>" * 300 + "\n<p>Two dogs play.</p>"
+    [output] = translate_markup(*loaded, [page], "xml-inline", max_new_tokens=6)
+    plain = translate(*loaded, ["A man rides a bike.", "Two dogs play."], max_new_tokens=6)
+    text, shape = xml_shape(output)
+    assert text == f"{plain[0]}\n{plain[1]}"
+    depth, inside = 0, shape
+    while inside and inside[0][0] == "div":
+        depth, inside = depth + 1, inside[0][2]
+    assert depth == 300
+
+
+def test_a_page_nested_deeper_than_libxml2_holds_is_refused_by_the_command(checkpoint, tmp_path, capsys):
+    source, output = tmp_path / "deep.html", tmp_path / "deep.de.html"
+    source.write_text("<p>Fine.</p>\n" + "<div>" * 3000 + "A man rides a bike.", encoding="utf-8")
+    error = refused(translate_command.main, [checkpoint, "--input", source, "--output", output, *OPTIONS], capsys)
+    assert f"{source}" in error and "at line 2, its elements nest more than 2048 deep" in error, error
     assert not output.exists()

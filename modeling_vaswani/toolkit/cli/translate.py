@@ -61,7 +61,7 @@ import sys
 from transformers import AutoTokenizer
 
 from ..checkpoints import load_tokenizer, local_folder
-from ..data.markup import check_markup_text
+from ..data.markup import check_documents, check_markup_text
 from ..data.sentences import check_language
 from ..evaluation.alignment import pharaoh, translate_aligned
 from ..evaluation.documents import translate_markup
@@ -233,8 +233,10 @@ def main(argv=None):
     prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
     terms = read_terms(arguments, None if sentences is None else len(sentences))
     check_terms_first(arguments, sentences, terms)
-    if sentences is not None and arguments.format != "text":  # markup.Document's rule, before the model loads
+    if sentences is not None and arguments.format != "text":  # markup.Document's rules, before the model loads
         check_markup_text("\n".join(sentences), arguments.input or "standard input")
+        documents = ["\n".join(sentences)] if arguments.format == "html" else sentences
+        check_documents(documents, arguments.format, arguments.input or "standard input")
     model, tokenizer, others = load_ensemble(
         arguments.model, arguments.revision, arguments.trust_remote_code, arguments.engine
     )  # fmt: skip

@@ -475,6 +475,16 @@ class Document:
         return written[len("<div>") : -len("</div>")]
 
 
+def check_documents(texts: Sequence[str], format: str, what: str) -> None:
+    """Refuses the first of `texts` that is no `Document` of `format` (a character libxml2 cannot hold, markup it
+    does not read whole), naming `what` (a file) and the text's number: what a command checks before a model loads."""
+    for number, text in enumerate(texts, 1):
+        try:
+            Document(text, format)
+        except ValueError as error:
+            raise ValueError(f"{what}: text {number}: {error}") from None
+
+
 def write_documents(
     documents: Sequence[Document], translations: Sequence[str], links: Sequence[Sequence[tuple[int, int]]]
 ) -> list[str]:
