@@ -10,12 +10,14 @@ not do:
   line giving an empty one (`Layout.join`);
 - naming a sentence by its line in errors (`Layout.name`), and each line's target prefix moved to its first sentence
   (`Layout.sentence_prefixes`);
-- the language: a code normalized to the primary subtag sentencex knows, sentencex's generic rules (logged once) where
-  none is known, and the source language a training run records in its tokenizer's configuration.
+- the language: a code checked (`check_language`, every entry point's one check) and normalized to the primary subtag
+  sentencex knows, a warning (once a code) where sentencex has no rules of its own for it or none is known, and the
+  source language a training run records in its tokenizer's configuration.
 """
 
 import bisect
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,16 +32,39 @@ GENERIC = "und"
 # the same keys.
 SOURCE_LANGUAGE_KEY, TARGET_LANGUAGE_KEY = "source_lang", "target_lang"
 PREVIEW_WORDS, PREVIEW_CHARS = 4, 40  # how much of a sentence an error shows
+# A language tag as BCP 47 writes one: an ISO 639 code of 2 or 3 letters, then subtags ("de-AT", "pt_BR", "zh-Hant").
+LANGUAGE_TAG = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8})*")
+# The languages sentencex 1.0 has rules of its own for (its src/languages/*.rs); any other code falls back, through
+# its table of related languages, to one of these where it names one ("lb": German), else to the generic rules.
+OWN_RULES = frozenset(
+    "am ar bg bn ca da de el en es fi fr gu hi hy it ja kk kn ml mr my nl pa pl pt ru sk ta te uk".split()
+)
 
 _told_generic = False
+_told_borrowed: set[str] = set()
+
+
+def check_language(value, name: str = "language") -> str | None:
+    """`value` (None: not given) if it is a language tag: an ISO 639 code, maybe with subtags ("de", "de-AT",
+    "pt_BR"), surrounding spaces dropped; else ValueError (not a str, empty, a path, a name such as "English"),
+    naming `name` (the argument, flag, field or file the value came from) and the value."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not LANGUAGE_TAG.fullmatch(value.strip()):
+        raise ValueError(
+            f"{name}={value!r} is not a language code; expected an ISO 639 code of 2 or 3 letters such as 'en' or "
+            "'de', maybe with a region ('de-AT')"
+        )
+    return value.strip()
 
 
 def splitter_language(language: str | None) -> str:
-    """The code sentencex is given for `language`: its primary subtag in lower case ("de-DE", "de_DE", "DE": "de";
-    sentencex knows no regional variants), or GENERIC for None or "" (sentencex's generic rules, logged once a
-    process)."""
+    """The code sentencex is given for `language` (checked by `check_language`): its primary subtag in lower case
+    ("de-DE", "de_DE", "DE": "de"; sentencex knows no regional variants), or GENERIC for None (sentencex's generic
+    rules, logged once a process). A code outside OWN_RULES is logged once a code: its rules are borrowed."""
     global _told_generic
-    if language is None or not language.strip():
+    language = check_language(language)
+    if language is None:
         if not _told_generic:
             logger.warning(
                 "the model's source language is unknown (no --source_lang, no results.json test_set.source_lang, no "
@@ -47,7 +72,16 @@ def splitter_language(language: str | None) -> str:
             )
             _told_generic = True
         return GENERIC
-    return language.strip().replace("_", "-").split("-")[0].lower()
+    code = language.replace("_", "-").split("-")[0].lower()
+    if code not in OWN_RULES and code != GENERIC and code not in _told_borrowed:
+        logger.warning(
+            "sentencex has no sentence rules of its own for %r: it splits by a related language's where its table "
+            "names one, else by its generic rules (today the English ones); it has rules for %s",
+            code,
+            ", ".join(sorted(OWN_RULES)),
+        )
+        _told_borrowed.add(code)
+    return code
 
 
 def split_text(text: str, language: str | None) -> tuple[list[str], list[str]]:

@@ -20,10 +20,10 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data.sentences import Layout
+from .arguments import check_arguments
 from .translate import (
     DEFAULT_BATCH_SIZE,
     InputError,
-    check_limits,
     check_sentences,
     length_batches,
     translate_sentences,
@@ -251,7 +251,7 @@ def sentence_attention(
     check_alignable(model)
     if batch_size is None and max_tokens is None:
         batch_size = DEFAULT_BATCH_SIZE
-    check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
+    check_arguments(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens, progress=progress)
     if isinstance(translations, str):
         raise InputError("translations is a str; expected a list of translations (a single one in a list)")
     if len(sources) != len(translations):

@@ -5,9 +5,10 @@ back around the target words the model's own alignment (`word_alignments`) links
 
 from collections.abc import Sequence
 
-from ..data.markup import FORMATS, Document, write_documents
+from ..data.markup import Document, write_documents
 from ..data.sentences import preview
 from .alignment import line_alignments, word_alignments
+from .arguments import check_arguments
 from .translate import InputError, split_input, translate
 
 
@@ -37,8 +38,10 @@ def translate_markup(
     the target words linked to the words they wrapped (`markup.place` says how crossings and unaligned tags go).
     An InputError names the text at fault (numbered from `first`) and its sentence, and its `sentence` is that text's
     place in `texts`, from 1."""
-    if format not in FORMATS:
-        raise ValueError(f"unknown markup format {format!r}; expected one of {list(FORMATS)}")
+    language = check_arguments(
+        format=format, language=language, batch_size=batch_size, max_tokens=max_tokens,
+        max_input_tokens=max_input_tokens, paper_decoding=paper_decoding, progress=progress, first=first,
+    )["language"]  # fmt: skip
     if isinstance(texts, str):
         raise ValueError("texts is a str; expected a list of documents (a single one in a list)")
     documents = []

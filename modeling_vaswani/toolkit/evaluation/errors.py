@@ -10,3 +10,9 @@ class InputError(ValueError):
     def __init__(self, message: str, sentence: int | None = None):
         super().__init__(message)
         self.sentence = sentence
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """A public argument of another type than it takes (`arguments.check_arguments`): a TypeError, as Python's own
+    are, and a ValueError, as every refusal of the package is (the commands' error shell answers those in one line;
+    numpy's AxisError is a ValueError and an IndexError the same way)."""

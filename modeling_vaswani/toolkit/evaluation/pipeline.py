@@ -5,12 +5,25 @@ __init__), and a checkpoint loaded as remote code, where the package is not inst
 which translates each text whole as one sentence.
 """
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
 
 from ...pipeline_vaswani import VaswaniTranslationPipeline
 from ..data.sentences import Layout, split_lines
+
+
+@functools.cache
+def generate_arguments() -> frozenset[str]:
+    """What the pipeline hands to generate() and generate() takes: the payload pipeline's own (`_sanitize_parameters`),
+    the payload generate()'s extras, transformers' generate() parameters and every GenerationConfig setting."""
+    from transformers import GenerationConfig, GenerationMixin
+
+    own = {"paper_decoding", "max_input_tokens", "target_prefix", "ensemble", "constraints", "avoid"}
+    parameters = set(inspect.signature(GenerationMixin.generate).parameters) - {"self", "kwargs", "inputs"}
+    return frozenset(own | parameters | set(GenerationConfig().to_dict()))
 
 
 @dataclass(frozen=True)
@@ -44,8 +57,11 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
     """
 
     def __init__(self, *args, split_sentences: bool = True, language: str | None = None, **kwargs):
+        from .arguments import check_arguments  # the package's import stays light: lxml loads at first use
+
+        checked = check_arguments(split_sentences=split_sentences, language=language)
         super().__init__(*args, **kwargs)
-        self.split_sentences, self.language = split_sentences, language
+        self.split_sentences, self.language = checked["split_sentences"], checked["language"]
         self._model_language, self._model_language_known = None, False
         self._terms = (None, None)  # the current call's phrases to hold and to avoid, as ids, one list a sentence
 
@@ -71,7 +87,12 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         glossary=None,
         **kwargs,
     ):
-        split = self.split_sentences if split_sentences is None else split_sentences
+        from .arguments import check_arguments
+
+        switch = {} if split_sentences is None else {"split_sentences": split_sentences}
+        given = check_arguments(**switch, language=language, alignments=alignments, glossary=glossary)
+        split = given.get("split_sentences", self.split_sentences)
+        language, glossary = given["language"], given["glossary"]
         if constraints is not None or avoid is not None or glossary is not None:
             return self.translate_terms(inputs, split, language, alignments, (constraints, avoid, glossary), kwargs)
         if alignments:
@@ -114,7 +135,7 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         """A call with terminology (evaluation/terminology.py): `constraints` and `avoid`, one list of phrases a text
         (for one text, its list), `glossary`, a dict of source term to target term; each sentence's phrases reach
         generate() with its row. Refused (ValueError) with alignments, several candidates, or a CTranslate2 model."""
-        from .terminology import Glossary, phrase_ids, sentence_terms
+        from .terminology import phrase_ids, sentence_terms
 
         if alignments:
             raise ValueError("alignments=True with constraints, avoid or a glossary; expected one or the other")
@@ -124,11 +145,9 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         texts = [inputs] if single else list(inputs)
         constraints, avoid, glossary = terms
         constraints, avoid = ([value] if single and value is not None else value for value in (constraints, avoid))
-        if glossary is not None and not isinstance(glossary, Glossary):
-            glossary = Glossary.of(glossary)
         layout = split_lines(texts, language or self.language or self.model_language(), unit="text") if split else None
         sentences = layout.sentences if split else texts
-        required, avoided = sentence_terms(layout, sentences, constraints, avoid, glossary)
+        required, avoided = sentence_terms(layout, sentences, constraints, avoid, glossary, self.tokenizer)
         self._terms = (phrase_ids(self.tokenizer, required), phrase_ids(self.tokenizer, avoided))
         try:
             firsts = set(layout.starts) if split else set(range(len(texts)))
@@ -142,13 +161,11 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         return answers[:1] if single else answers
 
     def check_alignments(self, alignments, inputs, split: bool, kwargs: dict) -> None:
-        """Refuses (ValueError), before any translating, what `alignments` cannot be given for: a value other than
-        True, several candidates a text, a model with no attention weights, and without splitting an input other
-        than a str or a list (a generator is read as it is translated, and its texts are needed to align)."""
+        """Refuses (ValueError), before any translating, what `alignments` cannot be given for: several candidates a
+        text, a model with no attention weights, and without splitting an input other than a str or a list (a
+        generator is read as it is translated, and its texts are needed to align)."""
         from .alignment import check_alignable
 
-        if alignments is not True:
-            raise ValueError(f"alignments={alignments!r}; expected True or False")
         candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
         if candidates > 1:
             raise ValueError(
@@ -196,6 +213,24 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
                     f"{layout.name(number)} is {length} tokens long, more than the limit of {limit} ({source}); "
                     "expected a shorter sentence"
                 )
+
+    def _sanitize_parameters(self, **kwargs):
+        """Refuses (ValueError) an argument neither the pipeline nor generate() takes, naming it, before transformers'
+        generate() would, after the tokenizing, as model_kwargs it does not use; and a `paper_decoding` that is no
+        bool (TypeError)."""
+        unknown = sorted(set(kwargs) - generate_arguments())
+        if unknown:
+            raise ValueError(
+                f"{unknown[0]}={kwargs[unknown[0]]!r} is no argument of the vaswani-translation pipeline nor of "
+                "generate(); expected the pipeline's (split_sentences, language, alignments, constraints, avoid, "
+                "glossary, paper_decoding, target_prefix, max_input_tokens, batch_size) or generate()'s (num_beams, "
+                "max_new_tokens, length_penalty, ...)"
+            )
+        if kwargs.get("paper_decoding") is not None:
+            from .arguments import check_arguments
+
+            check_arguments(paper_decoding=kwargs["paper_decoding"])
+        return super()._sanitize_parameters(**kwargs)
 
     def preprocess(self, text, max_input_tokens=None):
         if not isinstance(text, Sentence):

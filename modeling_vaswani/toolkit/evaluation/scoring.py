@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
-from .translate import DEFAULT_BATCH_SIZE, check_limits, check_sentences, length_batches
+from .arguments import check_arguments
+from .translate import DEFAULT_BATCH_SIZE, check_sentences, length_batches
 
 
 @dataclass
@@ -74,9 +75,9 @@ def score(
     counts, an empty sentence on either side, one longer than `max_input_tokens`, a pair longer than `max_tokens`.
     `ensemble`: other PyTorch models scoring with `model`, as they decode together (`token_log_probs`).
     """
+    check_arguments(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens, progress=progress)
     if batch_size is None and max_tokens is None:
         batch_size = DEFAULT_BATCH_SIZE
-    check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
     if not isinstance(targets, str) and len(sources) != len(targets):
         raise ValueError(f"{len(sources)} source sentences and {len(targets)} targets; expected one target a source")
     lengths = [

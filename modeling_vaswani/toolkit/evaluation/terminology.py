@@ -13,7 +13,7 @@ allocation) or a phrase it avoids (guidance_vaswani.AvoidPhrases).
 
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +110,15 @@ class Glossary:
         return list(dict.fromkeys(target for _, target in sorted(found)))
 
 
+class TermError(InputError):
+    """A refused term, and `field`, the argument (or request field) that holds it: "constraints", "avoid" or
+    "glossary"."""
+
+    def __init__(self, message: str, field: str, sentence: int | None = None):
+        super().__init__(message, sentence)
+        self.field = field
+
+
 def check_phrase_texts(value, name: str, inputs: int) -> list[list[str]]:
     """`value`: one list of phrases (str) an input. Refuses another count, a line that is not a list of str, and a
     blank phrase, naming the input."""
@@ -117,14 +126,19 @@ def check_phrase_texts(value, name: str, inputs: int) -> list[list[str]]:
         shown = (
             "a str" if isinstance(value, str) else f"{len(value)} entries" if isinstance(value, Sequence) else value
         )
-        raise InputError(f"{name} is {shown}; expected a list of {inputs} lists of phrases, one an input")
+        raise TermError(f"{name} is {shown}; expected a list of {inputs} lists of phrases, one an input", name)
     for number, phrases in enumerate(value, start=1):
         if isinstance(phrases, str) or not isinstance(phrases, Sequence):
-            raise InputError(f"{name} of input {number} is {phrases!r}; expected a list of phrases (str)", number)
+            raise TermError(f"{name} of input {number} is {phrases!r}; expected a list of phrases (str)", name, number)
         for phrase in phrases:
             if not isinstance(phrase, str) or not phrase.strip():
-                raise InputError(f"{name} of input {number} holds {phrase!r}; expected non-blank phrases", number)
+                raise TermError(f"{name} of input {number} holds {phrase!r}; expected non-blank phrases", name, number)
     return [list(phrases) for phrases in value]
+
+
+def input_term(field: str, number: int | None) -> str:
+    """How errors name an input's list of phrases, or the glossary (`number` None): "avoid of input 2"."""
+    return f"the {field}" if number is None else f"{field} of input {number}"
 
 
 def sentence_terms(
@@ -133,10 +147,15 @@ def sentence_terms(
     constraints: Sequence[Sequence[str]] | None,
     avoid: Sequence[Sequence[str]] | None,
     glossary: Glossary | None,
+    tokenizer=None,
+    name: Callable[[str, int | None], str] = input_term,
 ) -> tuple[list[list[str]] | None, list[list[str]] | None]:
     """Each sentence's phrases to hold and to avoid (None where none are given): the inputs' lists moved to their
     sentences (`layout`: how the inputs were split; None, one sentence an input) and the glossary's target terms
-    added."""
+    added. Refuses (InputError) what no model is needed to tell cannot be met: lists that are not one an input,
+    constraints for an input of several sentences or of none, and with `tokenizer` a phrase to avoid inside a phrase
+    to hold of the same input (`check_clashes`). `name(field, input number)` is how errors name a list of phrases
+    (`input_term`; the command names its files and lines)."""
     inputs = len(sentences) if layout is None else len(layout.starts)
     if constraints is not None:
         constraints = check_phrase_texts(constraints, "constraints", inputs)
@@ -145,24 +164,77 @@ def sentence_terms(
     owner = (
         list(range(len(sentences))) if layout is None else [layout.line_index(i + 1) for i in range(len(sentences))]
     )
-    required = None
-    if constraints is not None:
-        for line, phrases in enumerate(constraints):
-            if phrases and layout is not None and layout.count(line) > 1:
-                unit = layout.unit
-                raise InputError(
-                    f"{unit} {layout.first + line} holds {layout.count(line)} sentences and constraints {phrases}: a "
-                    f"{unit}'s constraints are its one sentence's; expected a {unit} of one sentence, or no sentence "
-                    "splitting (--no_split_sentences, split_sentences=False)",
-                    line + 1,
-                )
-        required = [list(constraints[line]) for line in owner]
-    if glossary is not None:
+    if constraints is not None and layout is not None:
+        check_one_sentence(layout, constraints, name)
+    found = None if glossary is None else [glossary.targets(sentence) for sentence in sentences]
+    if tokenizer is not None:
+        targets = None if found is None else [[] for _ in range(inputs)]
+        for index, terms in enumerate(found or []):
+            targets[owner[index]] += terms
+        check_clashes(tokenizer, constraints, avoid, targets, name)
+    required = None if constraints is None else [list(constraints[line]) for line in owner]
+    if found is not None:
         required = required or [[] for _ in sentences]
-        for index, sentence in enumerate(sentences):
-            required[index] += [term for term in glossary.targets(sentence) if term not in required[index]]
+        for index, terms in enumerate(found):
+            required[index] += [term for term in terms if term not in required[index]]
     avoided = None if avoid is None else [list(avoid[line]) for line in owner]
     return required, avoided
+
+
+def check_one_sentence(layout: Layout, constraints: list[list[str]], name: Callable) -> None:
+    """Refuses (TermError) constraints for a line that splits into several sentences (which should hold them?) or
+    into none (an empty line's translation is empty: they would be dropped)."""
+    unit = layout.unit
+    for line, phrases in enumerate(constraints):
+        count = layout.count(line)
+        if phrases and count != 1:
+            holds = f"holds {count} sentences" if count else "is empty"
+            raise TermError(
+                f"{name('constraints', line + 1)} is {phrases}, for {unit} {layout.first + line}, which {holds}: a "
+                f"{unit}'s constraints are its one sentence's; expected a {unit} of one sentence"
+                + (", or no sentence splitting (--no_split_sentences, split_sentences=False)" if count else ""),
+                "constraints",
+                line + 1,
+            )
+
+
+def check_clashes(
+    tokenizer,
+    constraints: list[list[str]] | None,
+    avoid: list[list[str]] | None,
+    targets: list[list[str]] | None = None,
+    name: Callable[[str, int | None], str] = input_term,
+) -> None:
+    """Refuses (TermError, field "avoid") the first phrase to avoid that a phrase to hold of the same input holds: one
+    of its constraints, or a glossary target term of one of its sentences (`targets`, one list an input). Phrases are
+    compared as the search gets them (`phrase_ids`): a translation cannot hold the one without the other, which
+    generate() would refuse by token ids (guidance_vaswani.check_avoid), after the model loaded and decoding began."""
+    if avoid is None or (constraints is None and targets is None):
+        return
+    ids = dict(zip(*_distinct_ids(tokenizer, [constraints, avoid, targets]), strict=True))
+    for row, phrases in enumerate(avoid):
+        held = [(phrase, "constraints") for phrase in (constraints or [[]] * len(avoid))[row]]
+        held += [(phrase, "glossary") for phrase in (targets or [[]] * len(avoid))[row]]
+        for phrase in phrases:
+            tokens = ids[phrase.strip()]
+            for required, field in held:
+                inside = ids[required.strip()]
+                if any(inside[i : i + len(tokens)] == tokens for i in range(len(inside) - len(tokens) + 1)):
+                    what = "a phrase" if field == "constraints" else "a target term"
+                    raise TermError(
+                        f"{name('avoid', row + 1)} holds {phrase!r}, which {required!r} holds, {what} of "
+                        f"{name(field, row + 1 if field == 'constraints' else None)} for the same input: its "
+                        "translation cannot hold the one and avoid the other; expected phrases to avoid that no "
+                        "phrase to hold holds",
+                        "avoid",
+                        row + 1,
+                    )
+
+
+def _distinct_ids(tokenizer, lists) -> tuple[list[str], list[list[int]]]:
+    """The distinct phrases of `lists` (each None or one list of phrases a row) and their ids, as `phrase_ids`."""
+    phrases = list(dict.fromkeys(p.strip() for rows in lists if rows is not None for row in rows for p in row))
+    return phrases, phrase_ids(tokenizer, [phrases])[0] if phrases else []
 
 
 def phrase_ids(tokenizer, phrases: list[list[str]] | None) -> list[list[list[int]]] | None:

@@ -15,7 +15,8 @@ from ...generation_vaswani import stock_output_length
 from ...guidance_vaswani import leaves_no_room
 from ...search_vaswani import max_output_length
 from ..checkpoints import recorded_source_language
-from ..data.sentences import Layout, split_lines, tokenizer_language
+from ..data.sentences import Layout, check_language, split_lines, tokenizer_language
+from .arguments import check_arguments
 from .errors import InputError
 from .terminology import Glossary, check_room, phrase_ids, sentence_terms
 
@@ -86,13 +87,6 @@ def check_sentences(
 DEFAULT_BATCH_SIZE = 64
 
 
-def check_limits(**limits: int | None) -> None:
-    """Refuses a batch size or token limit that is not a whole number of at least 1 (None: no limit)."""
-    for name, value in limits.items():
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise ValueError(f"{name}={value!r}; expected an int of at least 1 (or None)")
-
-
 def length_batches(
     lengths: Sequence[int],
     batch_size: int | None = None,
@@ -140,7 +134,7 @@ def plan_batches(
     `length_batches`; errors name a sentence split from a line by that line, `layout`)."""
     if batch_size is None and max_tokens is None:
         batch_size = DEFAULT_BATCH_SIZE
-    check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
+    check_arguments(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
     lengths = check_sentences(tokenizer, sentences, max_input_tokens, layout=layout)
     return lengths, length_batches(lengths, batch_size, max_tokens, layout)
 
@@ -260,11 +254,14 @@ def source_language(name: str | None, tokenizer, language: str | None = None, re
     """The language sentences are split by for the model `name` (a folder, an exported folder or a Hub id; None: only
     the tokenizer is known): `language` where given (a --source_lang flag), else what its training run recorded:
     results.json's `test_set.source_lang` (`checkpoints.recorded_source_language`), else the `source_lang` of its
-    tokenizer's configuration (vaswani-train records both); None where nothing says (sentencex's generic rules)."""
-    if language:
-        return language
+    tokenizer's configuration (vaswani-train records both); None where nothing says (sentencex's generic rules).
+    Each is checked as a language code (`sentences.check_language`), refused naming where it came from."""
+    if language is not None:
+        return check_language(language, "--source_lang")
     recorded = recorded_source_language(name, revision) if name else None
-    return recorded or tokenizer_language(tokenizer)
+    if recorded:
+        return check_language(recorded, f"{name}'s results.json test_set.source_lang")
+    return check_language(tokenizer_language(tokenizer), "the tokenizer's source_lang")
 
 
 def split_input(
@@ -310,7 +307,7 @@ def translate(
     first_line: int = 1,
     constraints: Sequence[Sequence[str]] | None = None,
     avoid: Sequence[Sequence[str]] | None = None,
-    glossary: Glossary | None = None,
+    glossary: Glossary | dict | None = None,
     **generate_kwargs,
 ) -> list[str]:
     """Translations of `sentences`, in order, one per input, by `model`: a checkpoint's, or an exported folder's
@@ -352,22 +349,27 @@ def translate_sentences(
     first_line: int = 1,
     constraints: Sequence[Sequence[str]] | None = None,
     avoid: Sequence[Sequence[str]] | None = None,
-    glossary: Glossary | None = None,
+    glossary: Glossary | dict | None = None,
     **generate_kwargs,
 ) -> tuple[Layout | None, list[str], list[str]]:
     """What `translate` decodes, before its lines are joined (same arguments): the `Layout` the inputs were split by
     (None with `split_sentences=False`), the sentences translated (the layout's, else the inputs) and their
     translations, one a sentence. For callers that need each sentence's translation as well as the lines
     (`alignment.translate_aligned` aligns sentence by sentence)."""
+    given = check_arguments(
+        batch_size=batch_size, paper_decoding=paper_decoding, progress=progress, max_input_tokens=max_input_tokens,
+        max_tokens=max_tokens, split_sentences=split_sentences, language=language, first_line=first_line,
+        glossary=glossary,
+    )  # fmt: skip
+    language, glossary = given["language"], given["glossary"]
     layout = None
     if split_sentences:
         layout = split_input(sentences, tokenizer, language, first_line)
         target_prefixes, sentences = split_prefixes(layout, target_prefixes), layout.sentences
         if not sentences:  # only empty lines: nothing to translate
-            check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
             return layout, [], []
     translations = [None] * len(sentences)
-    terms = sentence_terms(layout, sentences, constraints, avoid, glossary)
+    terms = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
         progress, generate_kwargs, layout, terms,
@@ -406,7 +408,7 @@ def translate_nbest(
     first_line: int = 1,
     constraints: Sequence[Sequence[str]] | None = None,
     avoid: Sequence[Sequence[str]] | None = None,
-    glossary: Glossary | None = None,
+    glossary: Glossary | dict | None = None,
     **generate_kwargs,
 ) -> list[list[Hypothesis]]:
     """The `nbest` best translations of each of `sentences`, in order, best first, as `translate` decodes them (the
@@ -417,6 +419,12 @@ def translate_nbest(
     that splits into several sentences is refused (InputError naming it): the n best translations of a paragraph
     would be n combinations of its sentences' ones. Give `split_sentences=False` (--no_split_sentences) to have such
     a line translated whole, as one sentence. `constraints`, `avoid` and `glossary` as `translate` takes them."""
+    given = check_arguments(
+        nbest=nbest, batch_size=batch_size, paper_decoding=paper_decoding, progress=progress,
+        max_input_tokens=max_input_tokens, max_tokens=max_tokens, split_sentences=split_sentences, language=language,
+        first_line=first_line, glossary=glossary,
+    )  # fmt: skip
+    language, glossary = given["language"], given["glossary"]
     check_nbest(model, nbest, generate_kwargs.get("num_beams"))
     layout = None
     if split_sentences:
@@ -424,10 +432,9 @@ def translate_nbest(
         check_one_sentence_a_line(layout)
         target_prefixes, sentences = split_prefixes(layout, target_prefixes), layout.sentences
         if not sentences:  # only empty lines: nothing to translate
-            check_limits(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
             return [[] for _ in layout.starts]
     results = [None] * len(sentences)
-    terms = sentence_terms(layout, sentences, constraints, avoid, glossary)
+    terms = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
         progress, generate_kwargs, layout, terms,
@@ -463,7 +470,7 @@ def check_one_sentence_a_line(layout: Layout) -> None:
 
 def check_nbest(model, nbest: int, num_beams: int | None) -> None:
     """Refuses (InputError) an n-best list longer than the beam (`num_beams`, else the model's) that finds it."""
-    check_limits(nbest=nbest)
+    check_arguments(nbest=nbest)
     beams = num_beams or model.generation_config.num_beams
     if beams < 2 or nbest > beams:
         raise InputError(

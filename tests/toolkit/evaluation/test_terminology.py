@@ -156,7 +156,7 @@ def test_what_cannot_be_met_is_refused_naming_the_line(loaded):
         settings = {**FAST, **options}
         with pytest.raises(InputError, match=message):
             translate(model, tokenizer, LINES, **settings)
-    with pytest.raises(InputError, match=r"line 1 holds 2 sentences and constraints \['Fahrrad'\]"):
+    with pytest.raises(InputError, match=r"input 1 is \['Fahrrad'\], for line 1, which holds 2 sentences"):
         translate(model, tokenizer, ["A man rides. A dog runs.", "x"], constraints=[["Fahrrad"], []], **FAST)
     both = translate(
         model, tokenizer, ["A man rides. A dog runs."], constraints=[["Fahrrad"]], split_sentences=False, **FAST
