@@ -6,18 +6,24 @@ import errno
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
+from fnmatch import fnmatch
+from pathlib import Path
 
 import pytest
 from helpers.small_disk import fill, small_disk
 from helpers.training_setup import TESTS
+from hypothesis import given
+from hypothesis import strategies as st
 
 from modeling_vaswani.toolkit.outputs import (
     AVERAGED,
@@ -27,12 +33,15 @@ from modeling_vaswani.toolkit.outputs import (
     Output,
     OutputError,
     atomic_text,
+    check_not_input,
     check_output_file,
     check_output_folder,
+    check_owned,
     check_working_folder,
     claim,
     recover,
     release,
+    resolve_output,
     restore_set_aside,
     staged_folder,
     write_text,
@@ -40,6 +49,12 @@ from modeling_vaswani.toolkit.outputs import (
 
 OURS = Output("vaswani-test", "--output")
 ENV = {**os.environ, "PYTHONPATH": str(TESTS)}
+# Names a model folder of ours holds, each matching one of MODEL_OUTPUT's patterns.
+MODEL_OUTPUT_NAMES = [
+    name for name in ("config.json", "model.safetensors", "tokenizer.json", "vocab.json", "merges.txt", "results.json",
+                      "generation_config.json", "modeling_vaswani.py", "test.hyp.de", "spiece.model")
+    if any(fnmatch(name, pattern) for pattern in MODEL_OUTPUT)
+]  # fmt: skip
 
 
 def leftovers(folder):
@@ -490,3 +505,287 @@ def test_a_reader_touches_nothing_when_the_output_is_there(tmp_path):
 def test_model_output_names_no_readme(tmp_path):
     """No command of ours writes a README.md into a model folder: one there is a user's (or a Hub card)."""
     assert "README.md" not in MODEL_OUTPUT
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 51: only what the package itself set aside is removed or restored (item 1)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_users_copy_named_like_a_set_aside_is_refused_by_name_and_kept(tmp_path):
+    target = written(tmp_path / "model", **{"config.json": "earlier"})
+    shutil.copytree(target, tmp_path / ".model.old")  # `cp -r model .model.old`: a backup
+    (tmp_path / ".model.old" / "mine.txt").write_text("mine")
+    backup = contents(tmp_path / ".model.old")
+    for attempt in (lambda: check_output_folder(target, OURS), lambda: written(target, **{"config.json": "new"})):
+        with pytest.raises(OutputError, match=r"\.model\.old is in the way: vaswani-test sets .* move or delete"):
+            attempt()
+    assert contents(tmp_path / ".model.old") == backup and (target / "config.json").read_text() == "earlier"
+    write_text(tmp_path / "out.de", "x")  # a file is replaced in one rename: a `.out.de.old` is never its business
+    (tmp_path / ".out.de.old").mkdir()
+    (tmp_path / ".out.de.old" / "mine.txt").write_text("mine")
+    write_text(tmp_path / "out.de", "y")
+    assert (tmp_path / ".out.de.old" / "mine.txt").read_text() == "mine"
+
+
+def test_a_set_aside_that_is_a_link_to_the_users_folder_is_never_followed_nor_restored(tmp_path):
+    users = tmp_path / "users"
+    users.mkdir()
+    (users / "thesis.tex").write_text("years of work")
+    (tmp_path / ".model.old").symlink_to(users)
+    restore_set_aside(tmp_path / "model")  # a reader: "model" missing beside a .model.old no run of ours made
+    assert not (tmp_path / "model").exists() and (tmp_path / ".model.old").is_symlink()
+    written(tmp_path / "model", **{"config.json": "first"})  # a new output needs no set-aside: written
+    with pytest.raises(OutputError, match=r"\.model\.old is in the way"):
+        written(tmp_path / "model", **{"config.json": "second"})
+    assert (users / "thesis.tex").read_text() == "years of work" and (tmp_path / ".model.old").is_symlink()
+
+
+def test_a_killed_runs_record_undoes_only_the_very_folder_it_made(tmp_path):
+    target = written(tmp_path / "model", **{"config.json": "earlier"})
+    killed_writer(target, "after-setting-aside")
+    (tmp_path / ".model.old").rename(target)  # the user restored it by hand, then made a copy of their own there
+    shutil.copytree(target, tmp_path / ".model.old")
+    partial = next(name for name in leftovers(tmp_path) if ".partial-" in name)
+    recover(target)  # the partial it recorded goes; the copy, another inode, stays
+    assert not (tmp_path / partial).exists() and (tmp_path / ".model.old" / "config.json").read_text() == "earlier"
+    assert (target / "config.json").read_text() == "earlier"
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "folder"])
+def test_a_partial_name_someone_else_made_is_left_alone(tmp_path, kind):
+    target = tmp_path / "out.de"
+    foreign = tmp_path / ".out.de.partial-abcd1234"
+    {"symlink": lambda: foreign.symlink_to(tmp_path / "victim"), "fifo": lambda: os.mkfifo(foreign),
+     "folder": foreign.mkdir}[kind]()  # fmt: skip
+    (tmp_path / "victim").write_text("precious")
+    write_text(target, "x")
+    recover(target)
+    assert os.path.lexists(foreign) and (tmp_path / "victim").read_text() == "precious"
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 51: what the package opens beside an output is never followed through a link (item 2)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def lock_made_by_someone_else(lock, kind, victim):
+    if kind == "symlink":
+        lock.symlink_to(victim)
+    elif kind == "hard link":
+        os.link(victim, lock)
+    elif kind == "fifo":
+        os.mkfifo(lock)
+    elif kind == "folder":
+        lock.mkdir()
+        (lock / "inside.txt").write_text("mine")
+    else:
+        lock.write_text("my notes about out.de\n")
+
+
+@pytest.mark.parametrize("kind", ["symlink", "hard link", "fifo", "folder", "other content"])
+def test_a_lock_name_that_is_not_a_lock_file_of_ours_is_refused_by_name_and_left(tmp_path, kind):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    lock = tmp_path / ".out.de.lock"
+    lock_made_by_someone_else(lock, kind, victim)
+    for attempt in (lambda: check_output_file(tmp_path / "out.de"), lambda: write_text(tmp_path / "out.de", "x")):
+        with pytest.raises(OutputError, match=f"{lock} is .*, not a lock file of this package"):
+            attempt()
+    assert victim.read_text() == "precious" and os.path.lexists(lock) and not (tmp_path / "out.de").exists()
+
+
+def test_a_marker_that_is_a_fifo_is_read_as_damaged_never_waited_on(tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    os.mkfifo(folder / MARKER)  # reading it would wait for a writer that never comes
+    with pytest.raises(OutputError, match=f"its {MARKER} is damaged"):
+        check_output_folder(folder, OURS)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 51: an output is never an input, by inode (item 3), and its path is resolved once (item 13)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_an_output_that_is_an_input_under_another_name_is_refused(tmp_path):
+    source = tmp_path / "in.en"
+    source.write_text("A man.\n")
+    os.link(source, tmp_path / "hard.en")
+    (tmp_path / "soft.en").symlink_to(source)
+    for name in ("hard.en", "soft.en"):
+        with pytest.raises(OutputError, match=f"--output {tmp_path / name} is also an input \\({source}\\)"):
+            check_not_input(tmp_path / name, [None, source])
+    with open(source) as opened:  # /dev/fd/N of a file given by path (`3<in.en`)
+        with pytest.raises(OutputError, match="is also an input"):
+            check_not_input(f"/dev/fd/{opened.fileno()}", [source])
+    check_not_input(tmp_path / "other.de", [source])  # nothing there yet
+    check_not_input("/dev/null", ["/dev/null"])  # a device loses nothing read from it
+
+
+def test_a_folder_output_holding_an_input_is_refused(tmp_path):
+    (tmp_path / "run" / "checkpoint-1").mkdir(parents=True)
+    (tmp_path / "elsewhere").symlink_to(tmp_path / "run" / "checkpoint-1")
+    with pytest.raises(OutputError, match=f"--output {tmp_path / 'run'} holds an input"):
+        check_output_folder(tmp_path / "run", OURS, inputs=[tmp_path / "elsewhere"])
+    assert leftovers(tmp_path) == []
+
+
+STDIN_CHECK = textwrap.dedent(
+    """
+    import sys
+    from modeling_vaswani.toolkit.outputs import OutputError, check_not_input
+    for name in sys.argv[1:]:
+        try:
+            check_not_input(name, [], reads_stdin=True)
+            print("allowed", name)
+        except OutputError as error:
+            print(error)
+    """
+)
+
+
+def test_standard_input_is_refused_as_an_output_whatever_names_it(tmp_path):
+    source = tmp_path / "in.en"
+    source.write_text("A man.\n")
+    names = ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", str(source)]
+    with open(source) as stdin:
+        run = subprocess.run([sys.executable, "-c", STDIN_CHECK, *names], stdin=stdin, capture_output=True, env=ENV)
+    lines = run.stdout.decode().splitlines()
+    assert lines == [f"--output {name} is standard input, which the command reads; expected another file, since "
+                     "writing it would destroy that input" for name in names], run.stderr  # fmt: skip
+    with open(os.devnull) as stdin:  # a terminal or /dev/null is read and written at once: nothing destroyed
+        run = subprocess.run([sys.executable, "-c", STDIN_CHECK, "/dev/stdin"], stdin=stdin, capture_output=True)
+    assert run.stdout.decode() == "allowed /dev/stdin\n", run.stderr
+
+
+def test_a_loop_of_links_is_one_refusal_from_every_check(tmp_path):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    for name in ("loop", "a"):
+        path = tmp_path / name
+        for check in (
+            resolve_output,
+            lambda path: check_not_input(path, [tmp_path / "in.en"]),
+            check_output_file,
+            lambda path: check_output_folder(path, OURS),
+            lambda path: write_text(path, "x"),
+        ):
+            with pytest.raises(OutputError, match=f"^{path} is a symbolic link that cannot be followed \\(its links"):
+                check(path)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 51: a refusal names first what the command never writes (item 14)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@given(st.lists(st.sampled_from(MODEL_OUTPUT_NAMES), min_size=0, max_size=12, unique=True))
+def test_a_users_file_is_named_first_among_a_damaged_outputs_files(model_files):
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        for name in [*model_files, "notes.txt"]:
+            (folder / name).write_text("x")
+        (folder / MARKER).write_text("{damaged")
+        with pytest.raises(OutputError) as raised:
+            check_owned(folder, AVERAGED)
+        assert str(raised.value).startswith(f"output folder {folder} holds notes.txt")
+        assert f"(its {MARKER} is damaged" in str(raised.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 51: names beside an output fit, whatever the output's name (hostile names for items 1 and 2)
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def fit(name: str) -> str:
+    """`name` cut, by characters, to the 255 bytes a file name may have."""
+    while len(os.fsencode(name)) > 255:
+        name = name[:-1]
+    return name
+
+
+NAMES = st.builds(
+    lambda text, padding: fit(text + "é" * padding),  # up to the longest names, in two-byte characters too
+    st.text(st.characters(blacklist_characters="/\0", blacklist_categories=("Cs",)), min_size=1),
+    st.sampled_from([0, 60, 120, 130, 200]),
+).filter(lambda name: name not in (".", ".."))
+
+
+@given(NAMES)
+def test_any_name_an_output_may_have_is_written_replaced_and_leaves_nothing(name):
+    with tempfile.TemporaryDirectory() as folder:
+        files, models = Path(folder) / "files", Path(folder) / "models"
+        files.mkdir()
+        for text in ("first", "second"):
+            write_text(files / name, text)
+            written(models / name, **{"config.json": text})
+        assert (files / name).read_text() == "second" and (models / name / "config.json").read_text() == "second"
+        assert os.listdir(files) == [name] and os.listdir(models) == [name]
+
+
+def test_the_longest_names_keep_their_locks_apart(tmp_path):
+    first, second = "a" * 254 + "1", "a" * 254 + "2"
+    check_output_file(tmp_path / first)
+    check_output_file(tmp_path / second)  # a lock of its own, not the first one's
+    locks = [name for name in leftovers(tmp_path) if name.endswith(".lock")]
+    assert len(locks) == 2 and all(len(os.fsencode(lock)) <= 255 for lock in locks)
+    release(tmp_path / first)
+    release(tmp_path / second)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 51: what is written takes the umask's mode, whatever wrote it (item 20)
+# ---------------------------------------------------------------------------------------------------------------------
+
+MODES = textwrap.dedent(
+    """
+    import json, os, shutil, stat, sys
+    from pathlib import Path
+    import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, models
+    from modeling_vaswani.toolkit.outputs import Output, move_files_into, staged_folder, write_text
+    os.umask(int(sys.argv[2], 8))  # after the import: the writer must see the umask of the moment
+    root = Path(sys.argv[1])
+    with open(root / "opened", "w"):
+        pass
+    (root / "made").mkdir()
+    private = root / "private"
+    private.write_text("0600")
+    private.chmod(0o600)
+    with staged_folder(root / "out", Output("vaswani-test", "--output")) as staged:
+        save_file({"w": torch.zeros(1)}, staged / "model.safetensors")
+        Tokenizer(models.BPE()).save(str(staged / "tokenizer.json"))
+        shutil.copy2(private, staged / "copied")
+        (staged / "sub").mkdir(mode=0o700)
+        (staged / "sub" / "inner").write_text("x")
+    write_text(root / "text", "x")
+    (root / "moving").mkdir()
+    save_file({"w": torch.zeros(1)}, root / "moving" / "model.safetensors")
+    (root / "into").mkdir()
+    move_files_into(root / "moving", root / "into")
+    modes = {str(path.relative_to(root)): stat.S_IMODE(path.stat().st_mode) for path in root.rglob("*")}
+    print(json.dumps(modes))
+    """
+)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_every_file_and_folder_written_takes_the_mode_the_umask_gives(tmp_path, umask):
+    run = subprocess.run(
+        [sys.executable, "-c", MODES, str(tmp_path), oct(umask)], capture_output=True, text=True, env=ENV
+    )
+    assert run.returncode == 0, run.stderr
+    modes = json.loads(run.stdout)
+    file_mode, folder_mode = modes.pop("opened"), modes.pop("made")
+    assert (file_mode, folder_mode) == (0o666 & ~umask, 0o777 & ~umask)  # what open() and mkdir() give
+    modes.pop("private")
+    folders = {"out", "out/sub", "into"}
+    assert {name: mode for name, mode in modes.items()} == {
+        name: folder_mode if name in folders else file_mode for name in modes
+    }
+    assert set(modes) >= {"out/model.safetensors", "out/tokenizer.json", "out/copied", "out/sub/inner", "text",
+                          "into/model.safetensors", f"out/{MARKER}"}  # fmt: skip

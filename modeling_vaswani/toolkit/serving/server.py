@@ -405,14 +405,15 @@ def create_app(
             raise Refused(422, "constraints", "constraints need the paper's decoding; expected paper_decoding true")
         try:
             glossary = Glossary.of(request.glossary) if request.glossary is not None else None
-            required, avoided = sentence_terms(layout, sentences, request.constraints, request.avoid, glossary)
+            terms = (request.constraints, request.avoid, glossary)
+            required, avoided = sentence_terms(layout, sentences, *terms, checker.tokenizer(name))
             if required is not None:
                 room = output_room(model, found, request.paper_decoding, {"max_new_tokens": request.max_new_tokens})
                 ids = phrase_ids(checker.tokenizer(name), required)
                 prefix = prefix_ids(checker.tokenizer(name), prefixes, lambda: room, layout)
                 check_room(ids, prefix, room, layout.name if layout is not None else lambda n: f"text {n}")
-        except (InputError, ValueError) as refused:
-            raise Refused(422, field, str(refused)) from refused
+        except (InputError, ValueError) as refused:  # a TermError names its field: a clash is avoid's
+            raise Refused(422, getattr(refused, "field", field), str(refused)) from refused
         return required, avoided
 
     def parse_documents(request: TranslateRequest, name: str, texts: list[str]) -> list[Document]:
