@@ -36,7 +36,17 @@ def test_terms_that_cannot_be_met_are_refused_by_field(server, exported):
     cases = (
         ({"text": TEXTS, "constraints": [["Fahrrad"]]}, "constraints", "1 entries; expected a list of 3 lists"),
         ({"text": TEXTS, "avoid": [[""], [], []]}, "avoid", "holds ''; expected non-blank phrases"),
-        ({"text": "A man rides. A dog runs.", "constraints": [["Hund"]]}, "constraints", "text 1 holds 2 sentences"),
+        ({"text": "A man rides. A dog runs.", "constraints": [["Hund"]]}, "constraints", "text 1, which holds 2"),
+        (
+            {"text": TEXTS, "constraints": [[], ["Hunde im Schnee"], []], "avoid": [[], ["Schnee"], []]},
+            "avoid",
+            "avoid of input 2 holds 'Schnee', which 'Hunde im Schnee' holds, a phrase of constraints of input 2",
+        ),
+        (
+            {"text": TEXTS, "glossary": {"dogs": "Hunde"}, "avoid": [[], ["Hunde"], []]},
+            "avoid",
+            "avoid of input 2 holds 'Hunde', which 'Hunde' holds, a target term of the glossary",
+        ),
         ({"text": TEXTS[0], "constraints": [["Fahrrad"]], "paper_decoding": False}, "constraints", "paper's decoding"),
         ({"text": TEXTS[0], "glossary": {"bike": " "}}, "glossary", "expected non-blank source and target terms"),
         (
