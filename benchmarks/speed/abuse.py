@@ -330,6 +330,7 @@ class HealthSample:
 
 
 MIN_HEALTH_SAMPLES = 10
+NOT_READY = "503 not ready"
 
 
 class Watch:
@@ -361,9 +362,11 @@ class Watch:
         while not self.stopping.is_set():
             began = time.perf_counter()
             reply = call(self.url, "GET", "/health", timeout=10)
-            answer = reply.json() if reply.status == 200 else None
+            answer = reply.json() if reply.status in (200, 503) else None
             answer = answer if isinstance(answer, dict) else {}
-            sample = HealthSample(time.monotonic(), reply.seconds, reply.outcome)
+            # A 503 saying "not ready" (its queue full, shutting down) is /health answering, as load balancers read it.
+            outcome = NOT_READY if reply.status == 503 and answer.get("ready") is False else reply.outcome
+            sample = HealthSample(time.monotonic(), reply.seconds, outcome)
             sample.queued, sample.running = answer.get("queued"), answer.get("running")
             sample.batches = answer.get("batches")
             self.health.append(sample)
@@ -377,12 +380,18 @@ class Watch:
 
     def summary(self) -> dict:
         seconds = [sample.seconds for sample in self.health]
-        failed = Counter(sample.outcome for sample in self.health if sample.outcome != "200")
+        failed = Counter(sample.outcome for sample in self.health if sample.outcome not in ("200", NOT_READY))
+        not_ready = sum(sample.outcome == NOT_READY for sample in self.health)
         peak = max(
             [value for value in (self.rss_before, *self.rss, self.rss_after) if value is not None], default=None
         )
         return {
-            "health": {"samples": len(seconds), **percentiles(seconds, (50, 99)), "failures": dict(failed)},
+            "health": {
+                "samples": len(seconds),
+                **percentiles(seconds, (50, 99)),
+                "failures": dict(failed),
+                "not_ready": not_ready,
+            },
             "rss_mb": {"before": self.rss_before, "peak": peak, "after": self.rss_after},
         }
 

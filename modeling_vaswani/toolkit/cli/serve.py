@@ -50,6 +50,20 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     )  # fmt: skip
     limits.add_argument("--max_queue", type=positive_int, default=64, help="requests waiting; more get 503")
     limits.add_argument("--timeout_s", type=positive_int, default=60, help="a request's time limit (504)")
+    limits.add_argument(
+        "--body_timeout_s", type=positive_int, default=10, help="a body's time to arrive, from its headers (408); a "
+        "request holds a place in flight only once its body is whole",
+    )  # fmt: skip
+    limits.add_argument(
+        "--max_sentences", type=positive_int, default=1_000, help="sentences a request, its texts once split (413)"
+    )
+    limits.add_argument(
+        "--max_request_tokens", type=positive_int, default=16_000, help="source tokens a request (413)"
+    )
+    limits.add_argument(
+        "--max_answer_bytes", type=positive_int, default=16_000_000, help="an answer's size, estimated from what a "
+        "request asks before any work (413)",
+    )  # fmt: skip
     access = parser.add_argument_group("access")
     access.add_argument("--api_key", action="append", default=[], help="a key the API accepts (repeatable)")
     access.add_argument("--api_keys_file", type=Path, help="keys the API accepts, one a line")
@@ -57,6 +71,10 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         "--allow_anonymous", action="store_true", help="serve without keys beyond this machine (--host)"
     )
     access.add_argument("--rate_limit", help="requests a client (key, else address) may make, e.g. 120/minute")
+    access.add_argument(
+        "--auth_failure_limit", default="20/minute", help="wrong or missing keys an address may send before all its "
+        "API requests are refused (429) for the rest of the window",
+    )  # fmt: skip
     parser.add_argument(
         "--source_lang",
         help="the language whose rules split texts into sentences, for every model (default: each model's source "
@@ -111,6 +129,10 @@ def main(argv=None):
         max_tokens=arguments.max_tokens,
         max_queue=arguments.max_queue,
         timeout_s=arguments.timeout_s,
+        body_timeout_s=arguments.body_timeout_s,
+        max_sentences=arguments.max_sentences,
+        max_request_tokens=arguments.max_request_tokens,
+        max_answer_bytes=arguments.max_answer_bytes,
         window=arguments.window_ms / 1000,
     )
     # Requests name a model as it was given here (the first is the default).
@@ -121,7 +143,10 @@ def main(argv=None):
         name: source_language(name, tokenizer, arguments.source_lang, arguments.revision)
         for name, (_, tokenizer) in models.items()
     }
-    app = create_app(models, limits, keys=keys, rate_limit=arguments.rate_limit, languages=languages)
+    app = create_app(
+        models, limits, keys=keys, rate_limit=arguments.rate_limit, languages=languages,
+        auth_failure_limit=arguments.auth_failure_limit,
+    )  # fmt: skip
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # the access log's JSON lines
     serve(app, sock, arguments.timeout_s)
 

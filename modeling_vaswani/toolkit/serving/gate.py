@@ -66,52 +66,83 @@ class Refused(Exception):
 
 
 class RateLimit:
-    """At most `rate` (limits' notation: "120/minute", "10/second") requests a client, counted in a moving window;
-    a client is its API key, else its address. The `limits` package (the core of slowapi and Flask-Limiter), chosen
-    over pyrate-limiter: exact in a moving window, the time to wait known, 3.7 us a request (docs/serving.md)."""
+    """At most `rate` (limits' notation: "120/minute", "10/second") events a client, counted in a moving window: the
+    requests of a client (its API key, else its address; --rate_limit), or the failed authentications of an address
+    (--auth_failure_limit). The `limits` package (the core of slowapi and Flask-Limiter), chosen over pyrate-limiter:
+    exact in a moving window, the time to wait known, 3.7 us a request (docs/serving.md)."""
 
-    def __init__(self, rate: str):
+    def __init__(self, rate: str, flag: str = "--rate_limit", what: str = "requests", field_name: str = "client"):
         try:
             self.rate = parse(rate)
         except ValueError as error:
-            raise ValueError(f"--rate_limit {rate!r}: {error}; expected e.g. 120/minute or 5/second") from None
+            raise ValueError(f"{flag} {rate!r}: {error}; expected e.g. 120/minute or 5/second") from None
         self.limiter = MovingWindowRateLimiter(MemoryStorage())
+        self.flag, self.what, self.field_name = flag, what, field_name
 
     def refusal(self, client: str) -> Refused | None:
-        if self.limiter.hit(self.rate, client):
-            return None
+        """Counts one event of `client`: its refusal once it is over the rate."""
+        return None if self.limiter.hit(self.rate, client) else self.told(client)
+
+    def spent(self, client: str) -> Refused | None:
+        """The refusal of a client over the rate already, counting nothing."""
+        return None if self.limiter.test(self.rate, client) else self.told(client)
+
+    def told(self, client: str) -> Refused:
         reset = self.limiter.get_window_stats(self.rate, client).reset_time
         wait = max(1, round(reset - time.time() + 0.5))
-        message = f"more than {self.rate} requests from this client; retry in {wait} s"
-        return Refused(429, "client", message, {"Retry-After": str(wait)})
+        message = f"more than {self.rate} {self.what} from this client ({self.flag}); retry in {wait} s"
+        return Refused(429, self.field_name, message, {"Retry-After": str(wait)})
+
+
+class InFlight:
+    """The POST requests between their whole body's arrival and their answer, and how many may be: counted and
+    refused by the gate, reported by /health. A request whose body is still arriving is not one: it holds nothing
+    the server could work on, and its time is bounded apart (the gate's `body_seconds`)."""
+
+    def __init__(self, limit: int):
+        self.limit, self.count = limit, 0
+
+    @property
+    def full(self) -> bool:
+        return self.count >= self.limit
 
 
 class Gate:
     """The ASGI middleware. `keys`: API keys required of the API (POST and /metrics) when not empty; `rate_limit`:
-    a RateLimit or None; `max_body_bytes`: the largest body read."""
+    a RateLimit or None; `auth_failures`: a RateLimit of the failed authentications an address may make, after which
+    its requests are refused 429 before their key is compared, a right one too (else a guesser would still learn
+    which guess was right); `max_body_bytes`: the largest body read; `body_seconds`: how long a body may take to
+    arrive (408, apart from the time limit of the work); `in_flight`: the requests with a whole body, not yet
+    answered (503 beyond its limit)."""
 
     def __init__(
         self,
         app,
         metrics: Metrics,
+        in_flight: InFlight,
         keys=(),
         rate_limit: RateLimit | None = None,
+        auth_failures: RateLimit | None = None,
         max_body_bytes: int = 10**6,
-        max_in_flight: int = 128,
-        body_seconds: float = 60.0,
+        body_seconds: float = 10.0,
     ):
         self.app, self.metrics, self.rate_limit, self.max_body_bytes = app, metrics, rate_limit, max_body_bytes
         self.keys = {key.encode(): fingerprint(key) for key in keys}
-        self.max_in_flight, self.body_seconds, self.in_flight = max_in_flight, body_seconds, 0
+        self.in_flight, self.body_seconds, self.auth_failures = in_flight, body_seconds, auth_failures
 
     def client(self, scope, headers: dict) -> tuple[str | None, Refused | None]:
         """The request's API key's fingerprint (None without keys), or its refusal."""
         if not self.keys or (scope["method"] == "GET" and scope["path"] in OPEN_PATHS):
             return None, None
+        blocked = self.auth_failures.spent(address(scope)) if self.auth_failures else None
+        if blocked:
+            return None, blocked
         scheme, _, given = headers.get(b"authorization", b"").partition(b" ")
         for key, name in self.keys.items():
             if scheme.lower() == b"bearer" and hmac.compare_digest(given.strip(), key):
                 return name, None
+        if self.auth_failures:
+            self.auth_failures.refusal(address(scope))
         told = "a wrong API key" if given else "no API key"
         message = f"{told}; expected the header Authorization: Bearer KEY, with a key this server was given"
         return None, Refused(401, "authorization", message, {"WWW-Authenticate": "Bearer"})
@@ -121,14 +152,17 @@ class Gate:
             refused = self.rate_limit.refusal(key_name or address(scope))
             if refused:
                 return refused
-        if scope["method"] == "POST" and self.in_flight >= self.max_in_flight:
-            message = f"the server is busy: {self.in_flight} requests are in flight; retry in 1 s"
-            return Refused(503, "server", message, {"Retry-After": "1"})
         if scope["method"] == "POST":
             media_type = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
             if media_type != b"application/json":
                 given = media_type.decode("latin-1") or "none"
                 return Refused(415, "content-type", f"Content-Type {given}; expected application/json")
+        return None
+
+    def busy(self) -> Refused | None:
+        if self.in_flight.full:
+            message = f"the server is busy: {self.in_flight.count} requests are in flight; retry in 1 s"
+            return Refused(503, "server", message, {"Retry-After": "1"})
         return None
 
     def too_large(self, size: int) -> Refused:
@@ -138,13 +172,15 @@ class Gate:
         )  # fmt: skip
 
     async def read_body_in_time(self, receive, headers: dict) -> tuple[bytes, Refused | None]:
-        """`read_body`, refused (408) when the body takes longer than the request's time limit to arrive: a client
-        sending a byte a second holds no place for long."""
+        """`read_body`, refused (408, and the connection closed: the rest of the body is never read) when the body
+        takes longer than `body_seconds` to arrive: a client sending a byte a second holds no place for long."""
         try:
             return await asyncio.wait_for(self.read_body(receive, headers), self.body_seconds)
         except asyncio.TimeoutError:  # TimeoutError itself from Python 3.11
-            message = f"the body took more than {self.body_seconds:g} s to arrive (--timeout_s); expected it sooner"
-            return b"", Refused(408, "body", message)
+            message = (
+                f"the body took more than {self.body_seconds:g} s to arrive (--body_timeout_s); expected it sooner"
+            )
+            return b"", Refused(408, "body", message, {"Connection": "close"})
 
     async def read_body(self, receive, headers: dict) -> tuple[bytes, Refused | None]:
         """The whole body, or its refusal: empty, or larger than the limit. A body over the limit is kept no further
@@ -185,17 +221,20 @@ class Gate:
 
         key_name, refused = self.client(scope, headers)
         refused = refused or self.refusal(scope, headers, key_name)
-        body, counted = b"", refused is None and scope["method"] == "POST"
-        self.in_flight += counted  # POST requests between here and their answer: their bodies, checks and work
+        body, counted = b"", False
         try:
             if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
                 body, refused = await self.read_body_in_time(receive, headers)
+            if refused is None and scope["method"] == "POST":
+                refused = self.busy()
+                counted = refused is None
+                self.in_flight.count += counted  # from here to the answer: its checks and work
             if refused is not None:
                 await respond(sending, refused)
             else:
                 await self.app(scope, replay(body, receive), sending)
         finally:
-            self.in_flight -= counted
+            self.in_flight.count -= counted
             seconds = time.perf_counter() - started
             self.metrics.answered(scope["path"], answer["status"], seconds)
             log_access(scope, key_name, answer, len(body), seconds)

@@ -3,11 +3,13 @@ translated together; every refusal one JSON shape, `{"error": {"field", "message
 
 Built on FastAPI (Starlette) and run by uvicorn, the `serve` extra; fastapi-offline serves /docs without a CDN. What a
 request goes through, each step in one place:
-1. `gate.Gate` (before the body is parsed): the API key, the client's request limit, the content type, the body's size;
-2. the request's model (pydantic, strict types) and `bounded` (the count of texts, their characters, lone surrogates),
-   on the event loop, cheap and before any tokenizing;
+1. `gate.Gate` (before the body is parsed): the API key (and an address's failed ones), the client's request limit,
+   the content type, the body's size and its time to arrive, the requests in flight;
+2. the request's model (pydantic, strict types), `bounded` (the count of texts, their characters, lone surrogates)
+   and `unique` (a layer or head given twice), on the event loop, cheap and before any tokenizing;
 3. the texts split into sentences (unless `split_sentences` is false) and the checks that tokenize (lengths,
-   prefixes, options), on checking threads with tokenizers of their own (`worker.Checker`);
+   prefixes, options), on checking threads with tokenizers of their own (`worker.Checker`); `within`, the one bound
+   on a request's work (its sentences once split, its tokens, its answer's estimated size), before any work;
 4. the work, on the one worker thread (`worker.Worker`: a bounded queue, batches, a time limit, dropped when the client
    is gone), which alone runs the models and pads with their tokenizers. No request changes state another reads.
 """
@@ -29,7 +31,7 @@ import torch
 try:
     from fastapi import FastAPI, Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import HTMLResponse, Response
+    from fastapi.responses import HTMLResponse, JSONResponse, Response
     from fastapi_offline import FastAPIOffline
     from pydantic import BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException
@@ -61,12 +63,15 @@ from ..evaluation.translate import (
     translate,
     translate_nbest,
 )
-from .gate import Gate, RateLimit, Refused, error_body
+from .gate import Gate, InFlight, RateLimit, Refused, error_body
 from .metrics import Metrics
 from .worker import Cancelled, Checker, Job, Overloaded, Stop, Worker
 
 PAGE = Path(__file__).with_name("page.html")  # the page at /: self-contained, it talks only to this server
 ATTENTION_DIGITS = 6  # attention weights are sent rounded to 6 decimals (a 1e-6 step): 8-9 bytes a weight in JSON
+# The most an answer's JSON spends on each: a weight of 6 decimals ("0.123456, "), a list's brackets and separator, a
+# float of repr's ("-1.2345678901234567e-05, "), an alignment pair ("[123, 456], "), a hypothesis's keys and score.
+WEIGHT_BYTES, LIST_BYTES, FLOAT_BYTES, PAIR_BYTES, HYPOTHESIS_BYTES = 10, 4, 26, 16, 64
 
 
 @dataclass(frozen=True)
@@ -81,6 +86,10 @@ class Limits:
     max_tokens: int = 4_000  # source tokens a batch
     max_queue: int = 64  # requests waiting for the worker; more are answered 503
     timeout_s: float = 60.0  # a request's time from arrival to answer (504)
+    body_timeout_s: float = 10.0  # a body's time to arrive, from its headers (408), apart from the work's time
+    max_sentences: int = 1_000  # sentences a request, once its texts are split (413)
+    max_request_tokens: int = 16_000  # source tokens a request (413)
+    max_answer_bytes: int = 16_000_000  # an answer's size, estimated from what the request asks before any work (413)
     window: float = 0.01  # how long a batch waits for more requests
 
 
@@ -166,12 +175,73 @@ def bounded(texts: list[str], field_name: str, limits: Limits) -> None:
             ) from None
 
 
+def unique(values: list | None, field_name: str) -> None:
+    """Refuses a value given twice in a list of choices (layers, heads): its answer would be sent twice, and a
+    request repeating one could ask for an answer of any size."""
+    first = {}
+    for place, value in enumerate(values or ()):
+        if value in first:
+            raise Refused(
+                422, f"{field_name}.{place}", f"{field_name}.{place} is {value!r}, given already as "
+                f"{field_name}.{first[value]}; expected each once",
+            )  # fmt: skip
+        first[value] = place
+
+
+def within(limits: Limits, field_name: str, sentences=None, tokens=None, answer_bytes=None) -> None:
+    """The one bound on a request's work, checked before the work and named by the field that asks for it (413): its
+    sentences once its texts are split, its source tokens, and its answer's size as each endpoint estimates it from
+    what the request asks (an upper bound: a request within it is never cut short)."""
+    for count, limit, what, flag in (
+        (sentences, limits.max_sentences, "sentences", "--max_sentences"),
+        (tokens, limits.max_request_tokens, "source tokens", "--max_request_tokens"),
+        (answer_bytes, limits.max_answer_bytes, "bytes of answer", "--max_answer_bytes"),
+    ):
+        if count is not None and count > limit:
+            raise Refused(413, field_name, f"{count:,} {what} asked; expected at most {limit:,} a request ({flag})")
+
+
+def token_bytes(tokenizer) -> int:
+    """The most an answer's JSON spends on one of the tokenizer's tokens (escaped, quoted, a separator): an upper
+    bound of a translation's bytes a token, and of a token label's."""
+    return max(len(json.dumps(token)) for token in tokenizer.get_vocab()) + 2
+
+
+def translation_bytes(found: list[int], nbest, max_new_tokens, alignments: bool, per_token: int) -> int:
+    """The most a /translate answer can hold: each sentence's hypotheses at Section 6.1's longest output."""
+    longest = [max_output_length(length, max_new_tokens) for length in found]
+    per_sentence = [(nbest or 1) * (n * per_token + HYPOTHESIS_BYTES) + alignments * n * PAIR_BYTES for n in longest]
+    return sum(per_sentence)
+
+
+def attention_bytes(config, source: int, layers, heads, per_token: int) -> int:
+    """The most an /attention answer can hold: each kind's chosen layers x heads x queries x keys weights, the
+    translation at Section 6.1's longest (`attention_maps` forces the model's own translation)."""
+    target = max_output_length(source)
+    total = (source + target) * per_token
+    for queries, keys, layer_count in (
+        (source, source, config.encoder_layers),
+        (target, target, config.decoder_layers),
+        (target, source, config.decoder_layers),
+    ):
+        matrices = len(layers or range(layer_count)) * len(heads or range(config.num_heads))
+        total += matrices * (queries * (keys * WEIGHT_BYTES + LIST_BYTES) + LIST_BYTES)
+    return total
+
+
 def create_app(
-    models: dict, limits: Limits = Limits(), keys=(), rate_limit: str | None = None, languages: dict | None = None
+    models: dict,
+    limits: Limits = Limits(),
+    keys=(),
+    rate_limit: str | None = None,
+    languages: dict | None = None,
+    auth_failure_limit: str | None = None,
 ) -> FastAPI:
     """The API over `models` ({name: (model, tokenizer)}, loaded once; the first is the default), within `limits`;
-    with `keys`, the API answers only requests that carry one (Authorization: Bearer KEY); with `rate_limit`
-    ("120/minute"), each client (its key, else its address) is held to it. `languages` ({name: code or None}): each
+    with `keys`, the API answers only requests that carry one (Authorization: Bearer KEY), and with
+    `auth_failure_limit` ("20/minute") an address that sends more wrong keys than that is refused (429); with
+    `rate_limit` ("120/minute"), each client (its key, else its address) is held to it. `languages` ({name: code or
+    None}): each
     model's source language, whose rules split texts into sentences (a model not named: the language its tokenizer
     records, else sentencex's generic rules)."""
     names = list(models)
@@ -179,6 +249,7 @@ def create_app(
     for model, _ in models.values():
         input_token_limit(model, limits.max_input_tokens)  # refuses a limit beyond an export's position table
     metrics = Metrics()
+    per_token = {name: token_bytes(tokenizer) for name, (_, tokenizer) in models.items()}
     checker = Checker({name: tokenizer for name, (_, tokenizer) in models.items()})
     checking_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vaswani-serve-check")
 
@@ -242,9 +313,13 @@ def create_app(
     )
     app.state.worker, app.state.metrics = worker, metrics
     limiter = RateLimit(rate_limit) if rate_limit else None
+    failures = None
+    if auth_failure_limit:
+        failures = RateLimit(auth_failure_limit, "--auth_failure_limit", "failed authentications", "authorization")
+    in_flight = InFlight(2 * limits.max_queue)
     app.add_middleware(
-        Gate, metrics=metrics, keys=keys, rate_limit=limiter, max_body_bytes=limits.max_body_bytes,
-        max_in_flight=2 * limits.max_queue, body_seconds=limits.timeout_s,
+        Gate, metrics=metrics, in_flight=in_flight, keys=keys, rate_limit=limiter, auth_failures=failures,
+        max_body_bytes=limits.max_body_bytes, body_seconds=limits.body_timeout_s,
     )  # fmt: skip
 
     def chosen(name: str | None) -> tuple[str, Any, Any]:
@@ -317,13 +392,21 @@ def create_app(
 
     @app.get("/health")
     async def health():
+        """What a load balancer needs: whether a request sent now could be taken (200, else 503 and why), and the
+        work held against the capacity."""
         queued, running = worker.counts()
-        status = "shutting down" if worker.closed else "ok"
+        status = "ok"
+        if worker.closed:
+            status = "shutting down"
+        elif queued >= limits.max_queue or in_flight.full:
+            status = "full"
         aligning = [name for name in names if isinstance(models[name][0], torch.nn.Module)]  # the page asks these
-        return {
-            "status": status, "models": names, "aligning": aligning, "batches": worker.batches, "queued": queued,
-            "running": running,
+        answer = {
+            "status": status, "ready": status == "ok", "models": names, "aligning": aligning,
+            "batches": worker.batches, "queued": queued, "running": running, "in_flight": in_flight.count,
+            "capacity": {"queued": limits.max_queue, "in_flight": in_flight.limit},
         }  # fmt: skip
+        return JSONResponse(answer, status_code=200 if status == "ok" else 503)
 
     @app.get("/metrics", include_in_schema=False)
     async def metrics_endpoint():
@@ -351,6 +434,7 @@ def create_app(
         if request.split_sentences:
             layout = split_input(texts, checker.tokenizer(name), languages.get(name), unit="text", labels=labels)
             sentences = layout.sentences
+            within(limits, "text", sentences=len(sentences))  # before any tokenizing
             try:
                 if request.nbest is not None:
                     check_one_sentence_a_line(layout)
@@ -361,6 +445,7 @@ def create_app(
             except InputError as refused:
                 raise Refused(422, "target_prefix", str(refused)) from refused
         found = lengths(name, sentences, "text", layout=layout)
+        within(limits, "text", tokens=sum(found))
         if found and max(found) > limits.max_tokens:
             longest = max(range(len(found)), key=found.__getitem__) + 1
             what = "a text" if layout is None else f"a sentence ({sentence_name(layout, longest)})"
@@ -373,6 +458,8 @@ def create_app(
                 422, "max_new_tokens", f"max_new_tokens {request.max_new_tokens} is more than {longest}, the input "
                 f"limit + {OUTPUT_MARGIN} of Section 6.1; expected at most {longest}",
             )  # fmt: skip
+        answer = translation_bytes(found, request.nbest, request.max_new_tokens, request.alignments, per_token[name])
+        within(limits, "nbest" if request.nbest else "text", answer_bytes=answer)
         room_limits = {"max_new_tokens": request.max_new_tokens} if request.max_new_tokens else {}
         try:
             if request.nbest is not None:
@@ -501,6 +588,8 @@ def create_app(
             raise Refused(
                 422, "source", f"a pair of {longest} tokens is more than the server's batch of {limits.max_tokens}"
             )
+        within(limits, "source", tokens=sum(found))
+        within(limits, "target", answer_bytes=sum((n + 4) * FLOAT_BYTES for n in found_targets))
         return sum(found)
 
     @app.post("/score")
@@ -522,6 +611,8 @@ def create_app(
         ):
             if chosen_ones is not None and max(chosen_ones) >= count:
                 raise Refused(422, field_name, f"{field_name} {chosen_ones}; the model has {count}, counted from 0")
+        answer = attention_bytes(config, found, request.layers, request.heads, per_token[name])
+        within(limits, "layers" if request.layers else "text", answer_bytes=answer)
         return found
 
     def attention_answer(name: str, model, tokenizer, text: str, layers, heads) -> bytes:
@@ -543,6 +634,8 @@ def create_app(
         if not isinstance(model, torch.nn.Module):
             raise Refused(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
         bounded([request.text], "text", limits)
+        unique(request.layers, "layers")
+        unique(request.heads, "heads")
         tokens = await checked(check_attention, name, model, request)
         item = (request.text, request.layers, request.heads)
         (content,) = await work(http, ("attention", name), [item], tokens)

@@ -295,11 +295,14 @@ def test_work_for_a_client_that_went_away_is_dropped(server):
 
 @pytest.fixture(scope="module")
 def strict_server(checkpoint, tmp_path_factory):
-    """A server with small limits: 1 s a request, 2 waiting, 50 requests a minute a client, a key required."""
+    """A server with small limits: 1 s a request and 1 s for its body to arrive, 2 waiting, 50 requests a minute a
+    client, a key required."""
     log = tmp_path_factory.mktemp("strict") / "server.log"
     arguments = [
         str(checkpoint),
         "--timeout_s",
+        "1",
+        "--body_timeout_s",
         "1",
         "--max_queue",
         "2",
@@ -500,9 +503,9 @@ def test_startup_problems_are_refused_before_any_model_loads(tmp_path):
 
 
 def test_slow_bodies_are_cut_off_and_hold_no_place_for_long(strict_server):
-    """Clients that send the headers and then a byte at a time: at most twice --max_queue (4) requests are in flight
-    at once, so a fifth is answered 503 at once; each slow body is refused 408 at the time limit (1 s), and then the
-    server answers again."""
+    """Clients that send the headers and one byte: as many as the requests the server holds in flight (twice
+    --max_queue, 4), and a valid request is still answered, for a body that has not arrived holds no place (issue 51:
+    it did, and everyone got 503 until the time limit); each slow body is refused 408 at --body_timeout_s (1 s)."""
     url, _, _ = strict_server
     port = int(url.rsplit(":", 1)[1])
     slow = []
@@ -514,9 +517,8 @@ def test_slow_bodies_are_cut_off_and_hold_no_place_for_long(strict_server):
         )
         slow.append(sock)
     time.sleep(0.3)
-    status, headers, answer = call(f"{url}/translate", {"text": SENTENCES[0]}, {"Authorization": f"Bearer {KEY}"})
-    assert (status, answer["error"]["field"], headers["Retry-After"]) == (503, "server", "1"), answer
-    assert "in flight" in answer["error"]["message"]
+    status, _, answer = call(f"{url}/translate", {"text": SENTENCES[0]}, {"Authorization": f"Bearer {KEY}"})
+    assert status == 200, answer
     for sock in slow:
         sock.settimeout(10)
         assert sock.recv(4096).startswith(b"HTTP/1.1 408"), "no 408 for a slow body"
