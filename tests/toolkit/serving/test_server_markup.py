@@ -66,3 +66,16 @@ def test_a_character_markup_cannot_hold_is_refused_naming_its_text(server, forma
         assert message.startswith(f"text 2: the {format} text holds U+000C") and "line 2, character 7" in message
     status, _ = post(f"{server}/translate", {"text": "A man \x0c rides.", "format": "text"})  # no markup: taken
     assert status == 200
+
+
+def test_markup_is_answered_whole_at_depth_or_refused_where_libxml2_drops_text(server):
+    """Issue 51, item 7: 300 nested elements were answered as 254 empty <div>s (200), and text after </html> was
+    dropped. (Nesting beyond libxml2's 2,048 levels takes more characters than the server's --max_chars.)"""
+    status, answer = post(f"{server}/translate", {"text": "<div>" * 300 + "A man." + "</div>" * 300, "format": "html"})
+    assert status == 200 and answer["translations"].count("<div>") == 300, answer
+    assert answer["translations"].replace("<div>", "").replace("</div>", "").strip(), answer
+    page = "<html><body><p>A man.</p></body></html>\n<p>Two dogs play.</p>"
+    status, answer = post(f"{server}/translate", {"text": ["<p>Fine.</p>", page], "format": "html"})
+    assert (status, answer["error"]["field"]) == (422, "text"), answer
+    expected = "text 2: the html text: libxml2's HTML parser drops its text at line 2, character 4 ('Two dogs play.')"
+    assert answer["error"]["message"].startswith(expected), answer
