@@ -239,3 +239,140 @@ def test_a_second_average_into_the_same_output_is_refused_naming_the_first(two, 
         "writer at a time: wait for it to end, or write elsewhere"
     )
     assert (output / "model.safetensors").is_file() and hidden(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Issue 51: through the commands, what is the user's stays the user's
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def test_a_users_backup_named_like_a_set_aside_is_named_and_kept(two, checkpoint, source, tmp_path, capsys):
+    output = tmp_path / "avg"
+    average.main([*map(str, two), "--output", str(output)])
+    shutil.copytree(output, tmp_path / ".avg.old")  # `cp -r avg .avg.old`
+    (tmp_path / ".avg.old" / "mine.txt").write_text("mine")
+    backup, before = files(tmp_path / ".avg.old"), files(output)
+    error = refused(average.main, [*two, "--output", output], capsys)
+    assert error.startswith(f"vaswani-average: error: {tmp_path / '.avg.old'} is in the way: vaswani-average sets ")
+    assert files(tmp_path / ".avg.old") == backup and files(output) == before
+    (tmp_path / "out.de").write_text("earlier\n")
+    (tmp_path / ".out.de.old").mkdir()
+    (tmp_path / ".out.de.old" / "mine.txt").write_text("mine")
+    translate.main([str(checkpoint), "--input", str(source), "--output", str(tmp_path / "out.de"), *FAST])
+    assert (tmp_path / ".out.de.old" / "mine.txt").read_text() == "mine"
+    assert (tmp_path / "out.de").read_text().count("\n") == 2
+
+
+def test_a_lock_that_is_a_link_is_refused_and_its_target_kept(checkpoint, source, tmp_path, capsys):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    (tmp_path / ".out.de.lock").symlink_to(victim)
+    error = refused(translate.main, [checkpoint, "--input", source, "--output", tmp_path / "out.de", *FAST], capsys)
+    assert error.startswith(
+        f"vaswani-translate: error: {tmp_path / '.out.de.lock'} is a symbolic link, not a lock file of this package"
+    )
+    assert victim.read_text() == "precious\n" and not (tmp_path / "out.de").exists()
+
+
+STDIN_AS_OUTPUT = textwrap.dedent(
+    """
+    import sys
+    from modeling_vaswani.toolkit.cli import translate
+    for name in ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"):
+        try:
+            translate.main([sys.argv[1], "--output", name, "--num_beams", "1", "--max_new_tokens", "4"])
+        except SystemExit as exit:
+            print("exit", exit.code)
+    """
+)
+
+
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): a fresh process loads torch
+def test_standard_input_as_the_output_is_refused_whatever_names_it(checkpoint, source, tmp_path):
+    before = source.read_bytes()
+    with open(source) as stdin:  # `vaswani-translate MODEL --output /dev/stdin < in.en`
+        run = subprocess.run(
+            [sys.executable, "-c", STDIN_AS_OUTPUT, str(checkpoint)], stdin=stdin, capture_output=True, text=True,
+            env=ENV,
+        )  # fmt: skip
+    assert run.stdout == "exit 2\n" * 3, run.stderr
+    errors = [line for line in run.stderr.splitlines() if line.startswith("vaswani-translate: error:")]
+    assert errors == [
+        f"vaswani-translate: error: --output {name} is standard input, which the command reads; expected another "
+        "file, since writing it would destroy that input"
+        for name in ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0")
+    ]
+    assert source.read_bytes() == before
+
+
+def test_an_input_under_another_name_is_refused_as_the_output_by_every_command(checkpoint, source, tmp_path, capsys):
+    from modeling_vaswani.toolkit.cli import evaluate
+
+    reference = tmp_path / "ref.de"
+    reference.write_text("Ein Mann.\nZwei Hunde.\n")
+    os.link(reference, tmp_path / "hard.de")
+    before = reference.read_bytes()
+    argv = [checkpoint, "--source", source, "--reference", reference, "--output", tmp_path / "hard.de"]
+    assert f"--output {tmp_path / 'hard.de'} is also an input ({reference})" in refused(evaluate.main, argv, capsys)
+    with open(source) as opened:  # `3<input.en`, then --output /dev/fd/3
+        argv = [checkpoint, "--source", source, "--target", reference, "--output", f"/dev/fd/{opened.fileno()}"]
+        assert "is also an input (" in refused(score.main, argv, capsys)
+    assert reference.read_bytes() == before and source.read_text().count("\n") == 2
+
+
+LOOPED = {
+    "translate": lambda model, text, out: (translate.main, [model, "--input", text, "--output", out, *FAST]),
+    "score": lambda model, text, out: (score.main, [model, "--source", text, "--target", text, "--output", out]),
+    "average": lambda model, text, out: (average.main, [model, "--output", out]),
+    "plot-attention": lambda model, text, out: (plot_attention.main, [model, "A man.", "--output_dir", out]),
+    "train-tokenizer": lambda model, text, out: (
+        train_tokenizer.main, ["--files", text, "--vocab_size", "300", "--output_dir", out]
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(LOOPED))
+def test_an_output_that_is_a_loop_of_links_is_one_line_from_every_command(
+    command, checkpoint, source, tmp_path, capsys
+):
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    main, argv = LOOPED[command](checkpoint, source, tmp_path / "loop")
+    error = refused(main, argv, capsys)
+    assert error.endswith(
+        f"error: {tmp_path / 'loop'} is a symbolic link that cannot be followed (its links form a loop); expected a "
+        "file or folder to write, or a link to one"
+    )
+
+
+def test_a_damaged_marker_beside_the_users_notes_names_the_notes_first(two, tmp_path, capsys):
+    output = tmp_path / "avg"
+    average.main([*map(str, two), "--output", str(output)])
+    (output / MARKER).write_text("{damaged")
+    (output / "notes.txt").write_text("mine")
+    error = refused(average.main, [*two, "--output", output], capsys)
+    assert error.startswith(f"vaswani-average: error: output folder {output} holds notes.txt, ")
+    assert f"(its {MARKER} is damaged" in error
+
+
+AVERAGE_UNDER_UMASKS = textwrap.dedent(
+    """
+    import os, sys
+    from modeling_vaswani.toolkit.cli import average
+    for umask in (0o022, 0o077, 0o002):  # set after the import: the writer must see the umask of the moment
+        os.umask(umask)
+        average.main([*sys.argv[2:], "--output", f"{sys.argv[1]}/avg-{umask:o}"])
+    """
+)
+
+
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): a fresh process loads torch
+def test_an_average_is_readable_as_the_umask_says(two, tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-c", AVERAGE_UNDER_UMASKS, str(tmp_path), *map(str, two)], env=ENV, capture_output=True
+    )
+    assert run.returncode == 0, run.stderr
+    for umask in (0o022, 0o077, 0o002):
+        output = tmp_path / f"avg-{umask:o}"
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in output.iterdir()}
+        assert "model.safetensors" in modes and stat.S_IMODE(output.stat().st_mode) == 0o777 & ~umask
+        assert modes == dict.fromkeys(modes, 0o666 & ~umask), oct(umask)
