@@ -100,23 +100,18 @@ def is_verbatim(element) -> bool:
     return element.tag.lower() in VERBATIM or (element.get("translate") or "").strip().lower() == "no"
 
 
-def is_inline(element) -> bool:
-    """Whether `element` belongs to the run of text around it: a comment, a script or style (which may stand
-    anywhere), or an INLINE element with no block inside (a verbatim one's inside is not looked at: it is kept
-    whole). A `<pre>` or a block marked translate="no" is a block, kept as it is."""
-    if not isinstance(element.tag, str) or element.tag.lower() in SCRIPTS:
-        return True
-    if element.tag.lower() not in INLINE:
-        return False
-    inside = [] if is_verbatim(element) else list(element)
-    while inside:  # a loop, not recursion: elements may nest as deep as libxml2 holds
-        inner = inside.pop()
-        if isinstance(inner.tag, str) and inner.tag.lower() not in SCRIPTS:
-            if inner.tag.lower() not in INLINE:
-                return False
-            if not is_verbatim(inner):
-                inside.extend(inner)
-    return True
+def inline_elements(root) -> set:
+    """The elements inside `root` that belong to the run of text around them: comments, scripts and styles (which may
+    stand anywhere), and INLINE elements with no block inside (a verbatim one's inside is not looked at: it is kept
+    whole). A `<pre>` or a block marked translate="no" is a block, kept as it is. One pass from the leaves up: asked
+    element by element, deep nesting would be read again at each of its levels."""
+    inline = set()
+    for element in reversed(list(root.iter())):  # each element's children before it
+        if not isinstance(element.tag, str) or element.tag.lower() in SCRIPTS:
+            inline.add(element)
+        elif element.tag.lower() in INLINE and (is_verbatim(element) or all(child in inline for child in element)):
+            inline.add(element)
+    return inline
 
 
 def separates(element) -> bool:
@@ -387,13 +382,14 @@ def parse(text: str, whole: bool, what: str):
 def _wrap_runs(root, runs: list) -> None:
     """Gathers each run of inline content of `root` and of the blocks inside it that holds words into a temporary
     element, appended with its `Marked` to `runs`."""
+    inline_ones = inline_elements(root)
     blocks = [root]
     while blocks:  # a loop, not recursion: blocks may nest as deep as libxml2 holds
         block = blocks.pop()
         segments, current = [], (None, [])  # (the element whose tail starts the run, None: the block's text; elements)
         inner = []
         for child in list(block):
-            if is_inline(child):
+            if child in inline_ones:
                 current[1].append(child)
                 continue
             segments.append(current)
