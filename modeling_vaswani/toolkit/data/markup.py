@@ -335,7 +335,9 @@ def check_kept(text: str, root, what: str) -> None:
         char for piece in pieces for char in (piece if isinstance(piece, str) else piece.text or "") if char.isalnum()
     )
     reader = _TextReader()
-    reader.feed(text)
+    # "<![" opens a marked section (CDATA and others, never text for either parser); html.parser stops at one it
+    # cannot name with an AssertionError, and reads "<!?" as a bogus comment, the same length, up to its ">".
+    reader.feed(text.replace("<![", "<!?"))
     # Not read: what html.parser hands over only when closed, a tag, comment or reference left unfinished at the end
     # of the text, which libxml2 (as a browser) reads as markup, not as text.
     for (line, column), data in reader.pieces:
@@ -359,7 +361,12 @@ def parse(text: str, whole: bool, what: str):
         # removed, so that libxml2's line numbers are the text's.
         declaration = _DOCUMENT.match(text).group(1) or ""
         blank = re.sub(r"[^\n]", " ", declaration)
-        root = lxml.html.document_fromstring(text.replace(declaration, blank, 1), parser=parser)
+        try:
+            root = lxml.html.document_fromstring(text.replace(declaration, blank, 1), parser=parser)
+        except lxml.etree.ParserError as error:  # "Document is empty": libxml2 found no element to keep
+            raise ValueError(
+                f"{what}: libxml2's HTML parser reads no document in it ({error}); expected HTML"
+            ) from None
     else:
         body = lxml.html.document_fromstring(_BODY + text, parser=parser).find("body")
         root = body.makeelement("div", {})

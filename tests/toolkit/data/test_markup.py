@@ -292,8 +292,8 @@ class Words(HTMLParser):
     def __init__(self, text: str):
         super().__init__(convert_charrefs=True)
         self.stack: list[tuple[str, bool, bool]] = []  # open elements: name, verbatim itself, inside a verbatim one
-        self.pieces: list[tuple[str, bool]] = []  # (text, translated); None text: a word ends here
-        self.feed(text)
+        self.pieces: list[tuple[str, bool]] = []  # (text, translated)
+        self.feed(text.replace("<![", "<!?"))  # a marked section html.parser cannot name: a bogus comment, not text
         self.close()
 
     def handle_starttag(self, tag, attrs):
@@ -379,6 +379,20 @@ def test_text_libxml2_drops_is_refused_naming_its_place(page, where, lost):
     with pytest.raises(ValueError, match="drops its text") as refused:
         Document(page, "html")
     assert f"at {where} ({lost!r})" in str(refused.value)
+
+
+@pytest.mark.parametrize("page", ["<!DOCTYPE x", "<!doctype x><!--[<?<plaintext></html>"])
+def test_a_document_libxml2_reads_as_empty_is_refused(page):
+    """lxml raised its own ParserError ("Document is empty"), a traceback from the commands."""
+    with pytest.raises(ValueError, match="reads no document in it"):
+        Document(page, "html")
+
+
+@pytest.mark.parametrize("page", ["a <![<br> b", "<p>x<![if !IE]>y<![endif]> z</p>", "<![CDATA[c]]>d <![ e>f"])
+def test_marked_sections_do_not_stop_the_second_reading(page):
+    """html.parser raised an AssertionError ("expected name token") at a "<![" it cannot name."""
+    document = Document(page, "html")
+    assert Words(word_for_word(document, str.upper)).words() == Words(page).words(str.upper)
 
 
 @pytest.mark.parametrize(
