@@ -12,8 +12,8 @@ dictionaries and BPE codes, model card templates) goes through `iter_text_lines`
 - Lines are split on "\\n" only, and "\\r\\n" ends a line too; a lone "\\r" and the other separators `str.splitlines`
   knows are characters inside a line (a classic Mac file is one line). `write_lines` takes them out of what it
   writes.
-- A line is at most MAX_LINE_BYTES: a longer one is refused by its line as soon as that many bytes have come, so an
-  input without line ends is never read into all the memory.
+- A line is at most MAX_LINE_BYTES bytes before its "\\n": a longer one is refused by its line as soon as that many
+  bytes have come, so an input without line ends is never read into all the memory.
 - A regular file, a pipe (the shell's `<(command)`), a socket or a terminal is read; any other device (`/dev/zero`,
   `/dev/urandom`, `/dev/null`, a disk) is refused by name before a byte is read, as is a folder.
 
@@ -155,7 +155,7 @@ def _raw_lines(read: Callable[[int], bytes], name: object, chunk: int) -> Iterat
             group.append((number, raw + b"\n", start))
             start += len(raw) + 1
         yield group
-    if pending:
+    if pending and not (number == 0 and pending == codecs.BOM_UTF8):  # a byte-order mark alone: an empty file
         yield [(number + 1, bytes(pending), start)]
 
 
@@ -188,7 +188,9 @@ def _decode(raw: bytes, number: int, name: object, start: int, keep_end: bool = 
             f"{name}, line {number}: holds a NUL character (byte {start + nul:,} of the input); "
             "expected UTF-8 text (binary or UTF-16?)"
         )
-    return text if keep_end else text.removesuffix("\n").removesuffix("\r")
+    if keep_end or not text.endswith("\n"):
+        return text
+    return text[:-1].removesuffix("\r")  # a "\r" is a line end only before "\n"
 
 
 def tab_fields(line: str, where: str) -> list[str]:
@@ -199,10 +201,11 @@ def tab_fields(line: str, where: str) -> list[str]:
     try:
         return next(csv.reader([line], dialect="excel-tab", strict=True))
     except csv.Error as error:
-        reason = str(error).split(" - ")[0]  # csv's own hint after " - " is about opening files, not this line
+        # csv's words, a tab in them shown as "\\t"; its hint after " - " is about opening files, not this line.
+        reason = str(error).split(" - ")[0].replace("\t", "\\t")
         raise ValueError(
-            f"{where}: {line!r}: {reason}; expected fields separated by tabs, each as written or in double quotes "
-            "(a quote inside doubled), as a spreadsheet saves them"
+            f"{where}: {line!r}: quoting that is not a spreadsheet's (csv: {reason}); expected fields separated by "
+            "tabs, each as written or in double quotes (a quote inside doubled)"
         ) from None
 
 

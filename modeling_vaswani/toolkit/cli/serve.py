@@ -20,6 +20,7 @@ import socket
 import sys
 from pathlib import Path
 
+from ..data.sentences import check_language
 from ..evaluation.translate import source_language
 from ..serving.engines import load_translator
 from .arguments import add_model_arguments, check_models, positive_int
@@ -81,7 +82,9 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         "language, as its training recorded it; else generic rules)",
     )
     add_model_arguments(parser)
-    return parser.parse_args(argv)
+    arguments = parser.parse_args(argv)
+    check_language(arguments.source_lang, "--source_lang")  # refused before any model loads
+    return arguments
 
 
 def is_loopback(host: str) -> bool:
