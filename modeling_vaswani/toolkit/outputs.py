@@ -541,8 +541,7 @@ def restore_set_aside(path: str | Path) -> None:
     restore it, or which process is replacing it right now. Touches nothing otherwise (readers call it on every
     open), nor a `.NAME.old` that no run of ours recorded setting aside."""
     path = Path(path)
-    previous = _previous(path)
-    if os.path.lexists(path) or not os.path.lexists(previous):
+    if os.path.lexists(path) or not os.path.lexists(previous := _previous(path)):  # "." has no name to put aside
         return
     recover(path)
     if not os.path.lexists(path) and _set_aside_here(path, previous):  # no lock to take: a read-only disk

@@ -479,6 +479,7 @@ def test_a_reader_restores_an_output_a_killed_run_set_aside_and_says_so(tmp_path
     assert leftovers(tmp_path) == []
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): a killed writer, a fresh process
 def test_a_reader_is_told_how_to_restore_what_it_cannot_restore(tmp_path):
     with small_disk(tmp_path / "disk", "64k") as disk:
         killed_writer(written(disk / "model", **{"config.json": "earlier"}), "after-setting-aside")
@@ -634,30 +635,34 @@ def test_a_folder_output_holding_an_input_is_refused(tmp_path):
 
 STDIN_CHECK = textwrap.dedent(
     """
-    import sys
+    import os, sys
     from modeling_vaswani.toolkit.outputs import OutputError, check_not_input
-    for name in sys.argv[1:]:
-        try:
-            check_not_input(name, [], reads_stdin=True)
-            print("allowed", name)
-        except OutputError as error:
-            print(error)
+    for stdin, *names in ((sys.argv[1], "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", sys.argv[1]),
+                          (os.devnull, "/dev/stdin")):
+        os.dup2(os.open(stdin, os.O_RDONLY), 0)  # `< in.en`, then `< /dev/null`
+        for name in names:
+            try:
+                check_not_input(name, [], reads_stdin=True)
+                print("allowed", name)
+            except OutputError as error:
+                print(error)
     """
 )
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): a fresh process imports transformers
 def test_standard_input_is_refused_as_an_output_whatever_names_it(tmp_path):
     source = tmp_path / "in.en"
     source.write_text("A man.\n")
-    names = ["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", str(source)]
-    with open(source) as stdin:
-        run = subprocess.run([sys.executable, "-c", STDIN_CHECK, *names], stdin=stdin, capture_output=True, env=ENV)
-    lines = run.stdout.decode().splitlines()
-    assert lines == [f"--output {name} is standard input, which the command reads; expected another file, since "
-                     "writing it would destroy that input" for name in names], run.stderr  # fmt: skip
-    with open(os.devnull) as stdin:  # a terminal or /dev/null is read and written at once: nothing destroyed
-        run = subprocess.run([sys.executable, "-c", STDIN_CHECK, "/dev/stdin"], stdin=stdin, capture_output=True)
-    assert run.stdout.decode() == "allowed /dev/stdin\n", run.stderr
+    run = subprocess.run([sys.executable, "-c", STDIN_CHECK, str(source)], capture_output=True, text=True, env=ENV)
+    refusals = [
+        f"--output {name} is standard input, which the command reads; expected another file, since writing it would "
+        "destroy that input"
+        for name in ("/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", str(source))
+    ]
+    # /dev/null (as a terminal) is read and written at once: writing it destroys nothing read from it
+    assert run.stdout.splitlines() == [*refusals, "allowed /dev/stdin"], run.stderr
+    assert source.read_text() == "A man.\n"
 
 
 def test_a_loop_of_links_is_one_refusal_from_every_check(tmp_path):
@@ -714,6 +719,7 @@ NAMES = st.builds(
 ).filter(lambda name: name not in (".", ".."))
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): 200 examples, each four writes
 @given(NAMES)
 def test_any_name_an_output_may_have_is_written_replaced_and_leaves_nothing(name):
     with tempfile.TemporaryDirectory() as folder:
@@ -748,44 +754,44 @@ MODES = textwrap.dedent(
     from safetensors.torch import save_file
     from tokenizers import Tokenizer, models
     from modeling_vaswani.toolkit.outputs import Output, move_files_into, staged_folder, write_text
-    os.umask(int(sys.argv[2], 8))  # after the import: the writer must see the umask of the moment
-    root = Path(sys.argv[1])
-    with open(root / "opened", "w"):
-        pass
-    (root / "made").mkdir()
-    private = root / "private"
-    private.write_text("0600")
-    private.chmod(0o600)
-    with staged_folder(root / "out", Output("vaswani-test", "--output")) as staged:
-        save_file({"w": torch.zeros(1)}, staged / "model.safetensors")
-        Tokenizer(models.BPE()).save(str(staged / "tokenizer.json"))
-        shutil.copy2(private, staged / "copied")
-        (staged / "sub").mkdir(mode=0o700)
-        (staged / "sub" / "inner").write_text("x")
-    write_text(root / "text", "x")
-    (root / "moving").mkdir()
-    save_file({"w": torch.zeros(1)}, root / "moving" / "model.safetensors")
-    (root / "into").mkdir()
-    move_files_into(root / "moving", root / "into")
-    modes = {str(path.relative_to(root)): stat.S_IMODE(path.stat().st_mode) for path in root.rglob("*")}
-    print(json.dumps(modes))
+    for umask in (0o022, 0o077, 0o002):
+        os.umask(umask)  # after the import: the writer must see the umask of the moment
+        root = Path(sys.argv[1]) / oct(umask)
+        root.mkdir()
+        with open(root / "opened", "w"):
+            pass
+        (root / "made").mkdir()
+        private = root / "private"
+        private.write_text("0600")
+        private.chmod(0o600)
+        with staged_folder(root / "out", Output("vaswani-test", "--output")) as staged:
+            save_file({"w": torch.zeros(1)}, staged / "model.safetensors")
+            Tokenizer(models.BPE()).save(str(staged / "tokenizer.json"))
+            shutil.copy2(private, staged / "copied")
+            (staged / "sub").mkdir(mode=0o700)
+            (staged / "sub" / "inner").write_text("x")
+        write_text(root / "text", "x")
+        (root / "moving").mkdir()
+        save_file({"w": torch.zeros(1)}, root / "moving" / "model.safetensors")
+        (root / "into").mkdir()
+        move_files_into(root / "moving", root / "into")
+    top = Path(sys.argv[1])
+    print(json.dumps({str(path.relative_to(top)): stat.S_IMODE(path.stat().st_mode) for path in top.rglob("*")}))
     """
 )
 
 
-@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
-def test_every_file_and_folder_written_takes_the_mode_the_umask_gives(tmp_path, umask):
-    run = subprocess.run(
-        [sys.executable, "-c", MODES, str(tmp_path), oct(umask)], capture_output=True, text=True, env=ENV
-    )
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): a fresh process imports torch
+def test_every_file_and_folder_written_takes_the_mode_the_umask_gives(tmp_path):
+    run = subprocess.run([sys.executable, "-c", MODES, str(tmp_path)], capture_output=True, text=True, env=ENV)
     assert run.returncode == 0, run.stderr
-    modes = json.loads(run.stdout)
-    file_mode, folder_mode = modes.pop("opened"), modes.pop("made")
-    assert (file_mode, folder_mode) == (0o666 & ~umask, 0o777 & ~umask)  # what open() and mkdir() give
-    modes.pop("private")
-    folders = {"out", "out/sub", "into"}
-    assert {name: mode for name, mode in modes.items()} == {
-        name: folder_mode if name in folders else file_mode for name in modes
-    }
-    assert set(modes) >= {"out/model.safetensors", "out/tokenizer.json", "out/copied", "out/sub/inner", "text",
-                          "into/model.safetensors", f"out/{MARKER}"}  # fmt: skip
+    every = json.loads(run.stdout)
+    for umask in (0o022, 0o077, 0o002):
+        modes = {name.split("/", 1)[1]: mode for name, mode in every.items() if name.startswith(f"{oct(umask)}/")}
+        file_mode, folder_mode = modes.pop("opened"), modes.pop("made")
+        assert (file_mode, folder_mode) == (0o666 & ~umask, 0o777 & ~umask)  # what open() and mkdir() give
+        modes.pop("private")
+        folders = {"out", "out/sub", "into"}
+        assert modes == {name: folder_mode if name in folders else file_mode for name in modes}, oct(umask)
+        assert set(modes) >= {"out/model.safetensors", "out/tokenizer.json", "out/copied", "out/sub/inner", "text",
+                              "into/model.safetensors", f"out/{MARKER}"}  # fmt: skip
