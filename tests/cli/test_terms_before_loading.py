@@ -89,3 +89,11 @@ def test_a_code_without_rules_is_said_once_and_the_lines_translated(checkpoint, 
     assert code == 0, err
     assert len(out.splitlines()) == 3
     assert caplog.text.count("sentencex has no sentence rules of its own for 'xx'") == 1, caplog.text
+
+
+@pytest.mark.parametrize("value", ["", "../../etc/passwd"])
+def test_vaswani_serve_refuses_it_before_loading_too(damaged, capsys, value):
+    from modeling_vaswani.toolkit.cli import serve as serve_command
+
+    error = refused(serve_command.main, [damaged, "--source_lang", value], capsys)
+    assert f"--source_lang={value!r} is not a language code" in error
