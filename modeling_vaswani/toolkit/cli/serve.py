@@ -151,7 +151,7 @@ def main(argv=None):
         auth_failure_limit=arguments.auth_failure_limit,
     )  # fmt: skip
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # the access log's JSON lines
-    serve(app, sock, arguments.timeout_s)
+    serve(app, sock, arguments.timeout_s, arguments.body_timeout_s)
 
 
 if __name__ == "__main__":

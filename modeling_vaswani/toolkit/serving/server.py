@@ -36,6 +36,7 @@ try:
     from pydantic import BaseModel, ConfigDict, Field
     from starlette.exceptions import HTTPException
     from uvicorn import Config, Server
+    from uvicorn.protocols.http.h11_impl import H11Protocol
 except ImportError as error:
     raise ImportError(
         f"the serve extra is not installed ({error}); vaswani-serve needs it: pip install modeling_vaswani[serve]"
@@ -708,7 +709,41 @@ class GracefulServer(Server):
         super().handle_exit(sig, frame)
 
 
-def serve(app: FastAPI, sock: socket.socket, timeout_s: int) -> None:
-    """Runs `app` on the listening socket `sock` until a stop signal."""
-    config = Config(app, log_level="info", access_log=False, timeout_graceful_shutdown=timeout_s)
+def headers_in_time(seconds: float) -> type:
+    """uvicorn's h11 protocol, closing a connection whose next request's headers are not whole `seconds` after it
+    opened or after its last answer: uvicorn bounds no request's arrival (its keep-alive timeout restarts at every
+    byte), and the gate sees a request only once its headers are whole, so a connection that sends nothing or half
+    its headers was held for ever. It reads uvicorn's internals (`cycle`, a request's, replaced once the next one's
+    headers are whole; `on_response_complete`), checked here so that a uvicorn without them fails at startup."""
+    if not callable(getattr(H11Protocol, "on_response_complete", None)):
+        raise RuntimeError("uvicorn's H11Protocol has no on_response_complete: the header deadline needs updating")
+
+    class HeadersInTime(H11Protocol):
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.wait_for_headers()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.wait_for_headers()
+
+        def wait_for_headers(self) -> None:
+            answered = self.cycle  # None on a new connection
+
+            def late():
+                if self.cycle is answered and not self.transport.is_closing():
+                    self.transport.close()
+
+            self.loop.call_later(seconds, late)
+
+    return HeadersInTime
+
+
+def serve(app: FastAPI, sock: socket.socket, timeout_s: int, body_timeout_s: float) -> None:
+    """Runs `app` on the listening socket `sock` until a stop signal, a request's headers due within `body_timeout_s`
+    (and its body within as long again, the gate's)."""
+    config = Config(
+        app, log_level="info", access_log=False, timeout_graceful_shutdown=timeout_s,
+        http=headers_in_time(body_timeout_s),
+    )  # fmt: skip
     GracefulServer(config, app.state.worker).run(sockets=[sock])
