@@ -100,8 +100,8 @@ BAD_FILES = [
     (
         "utf16.jsonl",
         GOOD.encode("utf-16"),
-        ", line 1: not valid UTF-8 (invalid start byte at byte 0 of the line, byte 0 of the input); "
-        "expected UTF-8 text",
+        ", line 1: not valid UTF-8 (invalid start byte at byte 0 of the line, byte 0 of the input (a UTF-16 "
+        "byte-order mark)); expected UTF-8 text",
     ),
     ("blank.jsonl", "\n  \n\n", " holds no rows; expected translation pairs, one JSON object a line"),
     (
