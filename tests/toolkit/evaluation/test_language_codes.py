@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from modeling_vaswani.toolkit.data import sentences as module
-from modeling_vaswani.toolkit.data.sentences import check_language, split_lines
+from modeling_vaswani.toolkit.data.sentences import split_lines
 from modeling_vaswani.toolkit.evaluation.translate import source_language, translate
 
 TAGS = st.from_regex(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8}){0,2}", fullmatch=True)
@@ -23,11 +23,15 @@ NOT_TAGS = st.one_of(
 
 @given(code=TAGS, spaces=st.sampled_from(["", " ", "  "]))
 def test_a_language_code_is_taken_as_given(code, spaces):
+    from modeling_vaswani.toolkit.data.sentences import check_language
+
     assert check_language(spaces + code + spaces, "--source_lang") == code
 
 
 @given(value=NOT_TAGS)
 def test_what_is_no_language_code_is_refused_naming_the_value(value):
+    from modeling_vaswani.toolkit.data.sentences import check_language
+
     with pytest.raises(ValueError) as refused:
         check_language(value, "--source_lang")
     assert str(refused.value).startswith(f"--source_lang={value!r} is not a language code; expected an ISO 639")
@@ -52,7 +56,7 @@ def test_a_recorded_language_that_is_no_code_is_refused_naming_where_it_was_reco
 
 @pytest.fixture
 def warnings(monkeypatch, caplog):
-    monkeypatch.setattr(module, "_told_borrowed", set())
+    monkeypatch.setattr(module, "_told_borrowed", set(), raising=False)
     caplog.set_level(logging.WARNING, logger=module.__name__)
     return lambda: [r.getMessage() for r in caplog.records if "no sentence rules of its own" in r.getMessage()]
 
