@@ -18,6 +18,7 @@ from modeling_vaswani.toolkit.cli import translate as translate_command
 from modeling_vaswani.toolkit.evaluation.alignment import parse_pharaoh, pharaoh, translate_aligned
 from modeling_vaswani.toolkit.evaluation.translate import translate
 from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.texts import one_line
 
 OPTIONS = ["--max_new_tokens", "6"]
 LONG = " ".join(["word"] * 80) + "."  # one sentence of more than 64 tokens
@@ -35,7 +36,7 @@ def one_a_line(loaded, sentences: list[str]) -> list[str]:
     found = translate(
         model, tokenizer, sentences, batch_size=1, split_sentences=False, max_new_tokens=6, progress=False
     )
-    return [text.replace("\n", " ") for text in found]  # as write_lines writes a generated line break
+    return [one_line(text) for text in found]  # as write_lines writes a generated line break
 
 
 @pytest.fixture(scope="module")
