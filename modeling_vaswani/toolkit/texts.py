@@ -26,6 +26,7 @@ import codecs
 import csv
 import errno
 import gzip
+import io
 import logging
 import os
 import re
@@ -99,7 +100,12 @@ def iter_text_lines(path: str | Path, keep_ends: bool = False) -> Iterator[tuple
 def iter_stream_lines(stream: BinaryIO, name: object, keep_ends: bool = False) -> Iterator[tuple[int, str]]:
     """`(line_number, text)` of each line of an open binary stream (standard input, a file), under the module's rules;
     `name` names it in errors. A line loses its "\\n" or "\\r\\n" unless `keep_ends`."""
-    check_readable_kind(stream.fileno(), name)
+    try:
+        descriptor = stream.fileno()
+    except io.UnsupportedOperation:  # bytes in memory (io.BytesIO): no device behind them
+        descriptor = None
+    if descriptor is not None:
+        check_readable_kind(descriptor, name)
     yield from _stream_lines(stream, name, keep_ends)
 
 
