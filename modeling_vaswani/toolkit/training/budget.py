@@ -12,6 +12,7 @@ import copy
 import logging
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,10 @@ REFERENCE_STEPS, REFERENCE_BLEU = 2501, 37.81
 PLANNED_RUNS = ((1760, 37.70), (1776, 37.16), (2272, 38.44))
 USABLE_STEPS = 1200
 PROBE_STEPS, PROBE_WARMUP = 12, 3  # training steps timed after warm-up steps, on a copy of the model
+# Of the budget the measuring may take: a short budget is measured on fewer steps (one warm-up and one timed step at
+# least) and without the second thread count or the evaluation, rather than spent on measuring (issue 51: 80 s of
+# measuring for a budget of 30 s). A third: fewer steps measure a step less well (a short plan then ends by the clock).
+PROBE_SHARE = 1 / 3
 MARGIN = 0.92  # of the budget planned: a plan that filled it exactly would be cut by the first slower minute
 EVALUATION_SHARE = 0.1  # of the budget the evaluations during training may take: fewer than five where they need more
 
@@ -58,6 +63,8 @@ class Plan:
     eval_steps: int | None
     bound: bool = True  # whether the budget set the steps (else the run's max_steps fit in it)
     threads: tuple[int, float] | None = None  # (threads, seconds a step) of the count measured and not chosen
+    main_job: bool = False  # whether the run is the one PLANNED_RUNS measured, whose scores it may then expect
+    probe_steps: int = PROBE_STEPS  # the steps timed on each thread count
 
     def describe(self, minutes: float, average: int) -> str:
         if not self.bound:
@@ -66,10 +73,12 @@ class Plan:
                 f"the {self.max_steps:,} steps asked for fit in it; the run as it was set"
             )
         evaluations = "no evaluation" if self.eval_steps is None else f"an evaluation every {self.eval_steps} steps"
-        if self.eval_steps is None and self.evaluation_seconds:
+        if self.eval_steps is None and math.isinf(self.evaluation_seconds):
+            evaluations += " (the measuring used its share of the budget before it could time one)"
+        elif self.eval_steps is None and self.evaluation_seconds:
             evaluations += f" (one would take {self.evaluation_seconds:.0f} s, more than a tenth of the budget)"
         threads = torch.get_num_threads()
-        measured = f"{PROBE_STEPS} steps"
+        measured = f"{self.probe_steps} steps"
         if self.threads is not None:
             other, seconds = self.threads
             measured += f" on each count; {other} thread{'s' * (other > 1)}: {1 / seconds:.2f} steps/s"
@@ -77,7 +86,8 @@ class Plan:
             f"time budget {minutes:g} minutes: this machine trains {1 / self.seconds_per_step:.2f} steps/s with "
             f"{threads} thread{'s' * (threads > 1)} (measured over {measured}; {self.probe_seconds:.0f} s in all), "
             f"so the plan is {self.max_steps:,} steps, warmup {self.warmup_steps}, a checkpoint every "
-            f"{self.save_steps} steps and the last {average} averaged, {evaluations}. {expected(self.max_steps)}"
+            f"{self.save_steps} steps and the last {average} averaged, {evaluations}."
+            + (f" {expected(self.max_steps)}" if self.main_job else "")
         )
 
     def shortfall(self) -> str | None:
@@ -87,10 +97,11 @@ class Plan:
             return None
         needed = math.ceil(USABLE_STEPS * self.seconds_per_step / 60 * 1.1)
         return (
-            f"this machine is too slow (or too busy) for the time budget: {self.max_steps:,} steps are planned, and "
-            f"runs of fewer than {USABLE_STEPS:,} steps give a model far below the reference's {REFERENCE_BLEU} "
-            f"(413 steps scored 11.49). Give it more time (--max_train_minutes {needed} or more), or train a fixed "
-            f"number of steps whatever the time (--max_steps {REFERENCE_STEPS} --max_train_minutes 0)"
+            f"the time budget is too short for a usable model at this machine's {1 / self.seconds_per_step:.2f} "
+            f"steps/s: {self.max_steps:,} steps are planned, and runs of the main job of fewer than "
+            f"{USABLE_STEPS:,} steps scored far below its {REFERENCE_BLEU} (413 steps: 11.49). Give it more time "
+            f"(--max_train_minutes {needed} or more), or train a fixed number of steps whatever the time "
+            f"(--max_steps {REFERENCE_STEPS} --max_train_minutes 0)"
         )
 
 
@@ -127,16 +138,19 @@ def cycled(dataloader):
             raise ValueError("the training data holds no batch; expected training examples")
 
 
-def choose_threads(seconds_per_step) -> tuple[float, tuple[int, float] | None]:
+def choose_threads(
+    seconds_per_step, has_time: Callable[[], bool] = lambda: True
+) -> tuple[float, tuple[int, float] | None]:
     """Trains on torch's threads (one a core) or on one, whichever `seconds_per_step()` finds faster, and returns
-    (seconds a step, (the other count, its seconds a step) or None where there is one thread).
+    (seconds a step, (the other count, its seconds a step) or None where there is one thread, or no time was left
+    (`has_time()`) to try it).
 
     On a machine another job keeps busy, OpenMP threads that spin at every barrier waiting for a thread without a
     core turn a step several times slower: on 2 cores, the small preset's step took 0.52 s alone, 3.3 s beside a
     second such job with 2 threads each, and 0.89 s with one thread each (2026-11-26, docs/results.md)."""
     threads = torch.get_num_threads()
     measured = seconds_per_step()
-    if threads == 1:
+    if threads == 1 or not has_time():
         return measured, None
     torch.set_num_threads(1)
     alone = seconds_per_step()
@@ -146,60 +160,97 @@ def choose_threads(seconds_per_step) -> tuple[float, tuple[int, float] | None]:
     return measured, (1, alone)
 
 
-def measure_machine(trainer, validation_batches: int) -> tuple[float, float, float, tuple[int, float] | None]:
-    """(seconds a training step, seconds an evaluation, seconds the measuring took, the thread count not chosen and
-    its seconds a step): PROBE_STEPS steps of a copy of the model on the run's own batches (after PROBE_WARMUP untimed
-    ones) on each thread count `choose_threads` tries, which leaves torch on the faster, and one validation batch
-    translated as the evaluation does, times `validation_batches`. The run's model, optimizer and data order are
-    untouched."""
+@dataclass
+class Measured:
+    """What `measure_machine` found: seconds a training step, seconds an evaluation (infinite where there was no time
+    left to time one), seconds the measuring took, the thread count not chosen and its seconds a step, and the steps
+    timed on each count."""
+
+    step_seconds: float
+    evaluation_seconds: float
+    probe_seconds: float
+    other_threads: tuple[int, float] | None
+    probe_steps: int
+
+
+def measure_machine(trainer, validation_batches: int, limit_seconds: float = math.inf) -> Measured:
+    """PROBE_STEPS steps of a copy of the model on the run's own batches (after PROBE_WARMUP untimed ones) on each
+    thread count `choose_threads` tries, which leaves torch on the faster, and one validation batch translated as the
+    evaluation does, times `validation_batches`; within `limit_seconds`, each thread count in its half: past it, no
+    further step is taken once one warm-up and one timed step are done, and past the whole of it neither the second
+    thread count nor the evaluation is tried. The run's model, optimizer and data order are untouched."""
     started = time.monotonic()
+    used = lambda: time.monotonic() - started  # noqa: E731
     device = trainer.args.device
     # Under FSDP the Trainer leaves its model on the CPU until training starts: the copy goes where the steps run.
     model = copy.deepcopy(trainer.model).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     batches = cycled(trainer.get_train_dataloader)
+    counts = 2 if device.type == "cpu" and torch.get_num_threads() > 1 else 1
+    timed = []
 
     def seconds_per_step() -> float:
+        limit = limit_seconds * (len(timed) + 1) / counts  # each thread count its part of the measuring's share
         timings = []
-        for _ in range(PROBE_WARMUP + PROBE_STEPS):
+        while len(timings) < PROBE_WARMUP + PROBE_STEPS and (len(timings) < 2 or used() < limit):
             batch = {key: value.to(device) for key, value in next(batches).items()}
             step_started = time.monotonic()
             model(**batch).loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             timings.append(time.monotonic() - step_started)
-        return sorted(timings[PROBE_WARMUP:])[PROBE_STEPS // 2]  # the median: robust to one slow step
+        kept = sorted(timings[min(PROBE_WARMUP, len(timings) - 1) :])
+        timed.append(len(kept))
+        return kept[len(kept) // 2]  # the median: robust to one slow step
 
+    has_time = lambda: used() < limit_seconds  # noqa: E731
     if device.type == "cpu":
-        step_seconds, other = choose_threads(seconds_per_step)
+        step_seconds, other = choose_threads(seconds_per_step, has_time)
     else:  # the threads feed an accelerator here, and their count is not what makes a step slow
         step_seconds, other = seconds_per_step(), None
     evaluation_seconds = 0.0
     if trainer.eval_dataset is not None and validation_batches:
-        model.eval()
-        batch = next(iter(trainer.get_eval_dataloader()))
-        inputs = {key: batch[key].to(device) for key in ("input_ids", "attention_mask")}
-        limit = int(batch["labels"].shape[1] * 1.5)  # about a trained model's length, not an untrained one's + 50
-        generation_started = time.monotonic()
-        with torch.no_grad():
-            model.generate(**inputs, paper_decoding=trainer.args.paper_decoding, max_new_tokens=limit)
-        evaluation_seconds = (time.monotonic() - generation_started) * validation_batches
-    return step_seconds, evaluation_seconds, time.monotonic() - started, other
+        evaluation_seconds = time_evaluation(trainer, model, device) * validation_batches if has_time() else math.inf
+    return Measured(step_seconds, evaluation_seconds, time.monotonic() - started, other, min(timed))
 
 
-def plan_run(trainer) -> Plan:
-    """Measures the machine and sets the trainer's max_steps, warmup_steps, save_steps and eval_steps to the plan,
-    logging it; warns loudly when the plan is too short for a usable model. The run's own settings (the preset's, or
-    the flags given) are the reference the plan scales down."""
+def time_evaluation(trainer, model, device) -> float:
+    """Seconds one validation batch takes to translate, as the evaluation does."""
+    model.eval()
+    batch = next(iter(trainer.get_eval_dataloader()))
+    inputs = {key: batch[key].to(device) for key in ("input_ids", "attention_mask")}
+    limit = int(batch["labels"].shape[1] * 1.5)  # about a trained model's length, not an untrained one's + 50
+    generation_started = time.monotonic()
+    with torch.no_grad():
+        model.generate(**inputs, paper_decoding=trainer.args.paper_decoding, max_new_tokens=limit)
+    return time.monotonic() - generation_started
+
+
+def plan_run(trainer, main_job: bool = False) -> Plan:
+    """Measures the machine within PROBE_SHARE of the budget and sets the trainer's max_steps, warmup_steps,
+    save_steps and eval_steps to the plan, logging it; warns loudly when the plan is too short for a usable model, and
+    refuses (ValueError) a budget the measuring leaves no training step of. The run's own settings (the preset's, or
+    the flags given) are the reference the plan scales down. `main_job`: the run is the one PLANNED_RUNS measured
+    (recipe.is_main_job), and the plan says what it is expected to score."""
     args = trainer.args
     eval_batch = args.per_device_eval_batch_size * max(1, args.world_size)
     samples = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
     validation_batches = math.ceil(samples / eval_batch) if args.eval_strategy != "no" else 0
-    *timings, other_threads = measure_machine(trainer, validation_batches)
+    probe = measure_machine(trainer, validation_batches, PROBE_SHARE * 60 * args.max_train_minutes)
+    timings = (probe.step_seconds, probe.evaluation_seconds, probe.probe_seconds)
     measured = torch.tensor(timings, dtype=torch.float64, device=args.device)  # NCCL reduces only CUDA tensors
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.all_reduce(measured, op=torch.distributed.ReduceOp.MAX)  # one plan: the slowest rank's
     seconds_per_step, evaluation_seconds, probe_seconds = measured.tolist()
+    budget = 60 * args.max_train_minutes - probe_seconds
+    if budget < seconds_per_step:
+        raise ValueError(
+            f"--max_train_minutes {args.max_train_minutes:g} leaves no time to train: measuring this machine took "
+            f"{probe_seconds:.0f} s ({probe.probe_steps} steps of {seconds_per_step:.2f} s); expected a budget of "
+            f"more than {(probe_seconds + seconds_per_step) / 60:.2f} minutes (about "
+            f"{math.ceil(USABLE_STEPS * seconds_per_step / 60 * 1.1)} for a usable model), or --max_steps N "
+            "--max_train_minutes 0"
+        )
     reference = {
         "max_steps": args.max_steps if args.max_steps > 0 else REFERENCE_STEPS,
         "warmup_steps": int(args.warmup_steps),
@@ -207,12 +258,12 @@ def plan_run(trainer) -> Plan:
         "eval_steps": int(args.eval_steps or args.logging_steps) if validation_batches else None,
     }
     average = args.average_last_checkpoints or 1
-    budget = 60 * args.max_train_minutes - probe_seconds
     steps, warmup, save, eval_steps = fit_schedule(budget, seconds_per_step, evaluation_seconds, reference, average)
     bound = steps < reference["max_steps"]
     plan = Plan(
-        seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, bound, other_threads
-    )
+        seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, bound,
+        probe.other_threads, main_job, probe.probe_steps,
+    )  # fmt: skip
     args.max_steps, args.warmup_steps, args.save_steps = steps, warmup, save
     if eval_steps is not None:
         args.eval_steps = eval_steps

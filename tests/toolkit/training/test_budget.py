@@ -10,6 +10,7 @@ from helpers.training_setup import tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_vaswani.toolkit.training.budget import Plan, choose_threads, expected, fit_schedule, plan_run
+from modeling_vaswani.toolkit.training.recipe import is_main_job, parse_arguments
 from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 SMALL = {"max_steps": 4000, "warmup_steps": 400, "save_steps": 150, "eval_steps": 500}  # the small preset's
@@ -108,7 +109,8 @@ def budgeted_trainer(checkpoint, output_dir, examples: int, **settings) -> Vaswa
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     defaults = dict(output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200)
     return VaswaniTrainer(
-        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint), args=VaswaniTrainingArguments(**defaults, **settings),
+        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint),
+        args=VaswaniTrainingArguments(**{**defaults, **settings}),
         processing_class=tokenizer, train_dataset=tokenized_slice(tokenizer, examples),
     )  # fmt: skip
 
@@ -130,7 +132,7 @@ def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint,
     save = max(1, min(150, int(0.3 * expected / 2)))
     assert plan.max_steps == max(save, expected - expected % save) and plan.save_steps == save
     assert (args.max_steps, args.warmup_steps, args.save_steps) == (plan.max_steps, max(1, expected // 6), save)
-    assert "plan: time budget 0.3 minutes" in caplog.text and "WARNING: this machine is too slow" in caplog.text
+    assert "plan: time budget 0.3 minutes" in caplog.text and "WARNING: the time budget is too short" in caplog.text
     trainer.train()
     assert trainer.state.global_step == plan.max_steps  # ended by its plan, not cut by the clock
     assert (tmp_path / f"checkpoint-{plan.max_steps}" / "model.safetensors").exists()
@@ -143,3 +145,57 @@ def test_a_corpus_of_fewer_batches_than_the_probe_is_measured_all_the_same(check
     assert len(trainer.get_train_dataloader()) < 15
     plan = plan_run(trainer)
     assert plan.seconds_per_step > 0 and (plan.max_steps, plan.bound) == (10, False)
+
+
+# --- issue 51, item 17: the measuring fits the budget; the expectation only for the main job ---
+
+
+def test_the_measuring_takes_its_share_of_a_budget_shorter_than_a_whole_probe(checkpoint, tmp_path, restore_threads):
+    """A budget of 15 steps' time, shorter than the whole measuring (15 steps on each thread count): the measuring
+    may take a third of it, each thread count half of that (past it, no step is started once one warm-up and one
+    timed step are done; past the third, neither a second thread count nor an evaluation is tried), so training gets
+    the rest, not a plan of 1 step made after the budget was spent measuring (issue 51: --max_train_minutes 0.5, 80 s
+    of measuring the main job's model)."""
+    # Measured whole first, which leaves torch on the faster thread count (restored after the test).
+    step = plan_run(budgeted_trainer(checkpoint, tmp_path, 400, max_train_minutes=60)).seconds_per_step
+    plan = plan_run(budgeted_trainer(checkpoint, tmp_path, 400, max_train_minutes=15 * step / 60, max_steps=10**5))
+    assert plan.probe_steps < 12, "stopped measuring at its share"
+    assert plan.max_steps > 1 and plan.bound, plan
+
+
+def test_a_budget_the_measuring_leaves_no_step_of_is_refused_naming_the_minimum(checkpoint, tmp_path, restore_threads):
+    trainer = budgeted_trainer(checkpoint, tmp_path, 400, max_train_minutes=0.001, max_tokens=2000)  # 0.06 s
+    refusal = r"--max_train_minutes 0.001 leaves no time to train: measuring this machine took \d+ s \(1 steps of "
+    with pytest.raises(ValueError, match=refusal + r"[\d.]+ s\); expected a budget of more than [\d.]+ minutes"):
+        plan_run(trainer)
+
+
+def test_the_expected_score_is_said_of_the_main_job_alone(checkpoint, tmp_path, caplog, restore_threads):
+    """The scores of PLANNED_RUNS were measured on the main job: a plan of any other run (here a tiny model on 400
+    pairs) says nothing of them, and its warning blames the budget, not the machine."""
+    with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.training.budget"):
+        plan_run(budgeted_trainer(checkpoint, tmp_path, 400, max_train_minutes=0.2, max_steps=100_000))
+    assert "plan: time budget 0.2 minutes" in caplog.text and "sacreBLEU" not in caplog.text
+    assert "the time budget is too short for a usable model" in caplog.text
+    assert "this machine is too slow" not in caplog.text
+    told = Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, main_job=True).describe(27, 5)
+    assert "Expected: about 38.44 or more sacreBLEU on test2016" in told
+    assert "Expected" not in Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460).describe(27, 5)
+
+
+@pytest.mark.parametrize(
+    ("argv", "main"),
+    [
+        ([], True),
+        (["--learning_rate", "1e-3", "--max_train_minutes", "10"], True),  # training flags: the plan fits them
+        (["--preset", "base"], False),
+        (["--target_lang", "fr"], False),
+        (["--vocab_size", "4000"], False),
+        (["--max_train_samples", "1000"], False),
+        (["--train_source_file", "a.en", "--train_target_file", "a.de"], False),
+        (["--dataset_name", "wmt14", "--dataset_config_name", "de-en"], False),
+        (["--test_file", "test.jsonl"], False),
+    ],
+)
+def test_a_run_is_the_main_job_only_with_its_model_and_data(argv, main):
+    assert is_main_job(*parse_arguments(argv)[:2]) is main
