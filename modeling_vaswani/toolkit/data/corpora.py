@@ -534,8 +534,12 @@ def _load_parquet(paths: list[Path], source_lang: str, target_lang: str, cache_d
         counts.append(rows)
     if not sum(counts):
         raise ValueError(f"{', '.join(map(str, paths))} holds no rows; expected translation pairs")
+    # `datasets` keys its cache of local files by their modification times: the configuration's name keys it by
+    # their contents (`_identity`) too, so that a table edited in place is read again as the other formats are.
+    name = "vaswani-" + hashlib.sha256(_identity(paths).encode()).hexdigest()[:32]
+    files = [str(path) for path in paths]
     try:
-        dataset = load_dataset("parquet", data_files=[str(path) for path in paths], split="train", cache_dir=cache_dir)
+        dataset = load_dataset("parquet", name=name, data_files=files, split="train", cache_dir=cache_dir)
     except DatasetGenerationError as error:
         cause = error.__cause__ or error
         for path in paths:  # a file whose footer reads but whose data does not

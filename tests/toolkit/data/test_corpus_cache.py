@@ -11,6 +11,8 @@ import tarfile
 import threading
 
 import datasets
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -126,3 +128,15 @@ def test_a_pipe_is_read_once_by_the_reader_and_anew_at_each_load(tmp_path):
         writer.start()
         assert targets(load_text_pairs(source, pipe, "en", "de")) == [text]
         writer.join()
+
+
+def test_a_parquet_table_edited_in_place_is_read_again(tmp_path):
+    """Parquet goes through `datasets`' own reader, whose cache of a local file is keyed by its modification time."""
+    path = tmp_path / "train.parquet"
+    pq.write_table(pa.table({"en": ["A dog."], "de": ["Ein Hund."]}), path, compression="none")
+    stamp = os.stat(path)
+    assert targets(load_table_pairs(path, "en", "de")) == ["Ein Hund."]
+    pq.write_table(pa.table({"en": ["A dog."], "de": ["Eine Maus"]}), path, compression="none")
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert os.stat(path).st_size == stamp.st_size
+    assert targets(load_table_pairs(path, "en", "de")) == ["Eine Maus"]
