@@ -2,12 +2,11 @@
 TSV is applied as a plain one is; a "\\r" inside a line (classic Mac OS text, a target prefix) gives one output line
 per input line for every reader of lines; devices and endless input are refused by name, never read into memory."""
 
-import contextlib
 import functools
-import resource
 import subprocess
 
 import pytest
+from helpers.memory import memory_cap
 from helpers.refusals import refused
 from helpers.training_setup import TINY_PAIRS, command, run_command, trained_tiny_checkpoint
 
@@ -113,20 +112,6 @@ def test_a_target_prefix_holding_a_line_break_gives_one_output_line(trained, sou
         assert len(out.splitlines()) == (6 if flags[0] == "--nbest" else 3) and out.count("\n") == len(
             out.splitlines()
         )
-
-
-@contextlib.contextmanager
-def memory_cap(extra: int = 2 * 2**30):
-    """At most `extra` more bytes of data for this process while it runs: a reader that gathers an endless device
-    into memory fails with MemoryError instead of taking the machine's (as it did before issue 51)."""
-    with open("/proc/self/status") as status:
-        used = next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmData:"))
-    soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-    resource.setrlimit(resource.RLIMIT_DATA, (used + extra, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_DATA, (soft, hard))
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers.memory import memory_cap
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -148,10 +149,11 @@ def test_a_folder_and_a_device_are_refused_before_a_byte_is_read(tmp_path):
     with pytest.raises(IsADirectoryError):
         list(iter_text_lines(tmp_path))
     for device in ("/dev/zero", "/dev/full"):
-        with pytest.raises(ValueError, match=f"^{device} is a character device; expected a text file, a pipe"):
+        with memory_cap(), pytest.raises(ValueError, match=f"^{device} is a character device; expected a text file"):
             list(iter_text_lines(device))
-        with open(device, "rb") as stream, pytest.raises(ValueError, match="standard input is a character device"):
-            list(iter_stream_lines(stream, "standard input"))
+        with open(device, "rb") as stream, memory_cap():
+            with pytest.raises(ValueError, match="standard input is a character device"):
+                list(iter_stream_lines(stream, "standard input"))
 
 
 def test_the_line_breaks_are_every_one_str_splitlines_knows():
@@ -209,3 +211,33 @@ def test_tab_fields_read_what_a_spreadsheet_writes(fields):
     written = io.StringIO()
     csv.writer(written, dialect="excel-tab", lineterminator="").writerow(fields)
     assert tab_fields(written.getvalue(), "g.tsv, line 1") == fields
+
+
+def every_reader_of_user_text():
+    """Each of the package's readers of a text a user writes, with a file's text and what it must read from it."""
+    from modeling_vaswani.toolkit.cli.arguments import read_input
+    from modeling_vaswani.toolkit.data.corpora import read_sentences
+    from modeling_vaswani.toolkit.evaluation.terminology import Glossary
+    from modeling_vaswani.toolkit.interop.fairseq import read_codes, read_dictionary
+    from modeling_vaswani.toolkit.serving.gate import read_keys
+
+    return {
+        "input": (read_input, "A man.\r\nA dog.\r\n", ["A man.", "A dog."]),
+        "sentences": (read_sentences, "A man.\r\nA dog.\r\n", ["A man.", "A dog."]),
+        "glossary": (lambda path: Glossary.read(path).terms, "bike\tFahrrad\r\n", {"bike": "Fahrrad"}),
+        "keys": (lambda path: read_keys([], path), "0123456789abcdef\r\n", ["0123456789abcdef"]),
+        "dictionary": (read_dictionary, "the 5\r\ncat@@ 3\r\n", ["<s>", "<pad>", "</s>", "<unk>", "the", "cat@@"]),
+        "codes": (read_codes, "#version: 0.2\r\nt h\r\nth e</w>\r\n", [("t", "h"), ("th", "e</w>")]),
+    }
+
+
+@pytest.mark.parametrize("reader", list(every_reader_of_user_text()))
+def test_every_reader_of_user_text_drops_a_byte_order_mark_and_refuses_a_device(tmp_path, reader):
+    """A file saved by Notepad or a spreadsheet (a byte-order mark, Windows line ends) reads as the plain file does,
+    and /dev/zero is refused by name, whichever reader: they are one reader."""
+    read, text, expected = every_reader_of_user_text()[reader]
+    path = tmp_path / "saved.txt"
+    path.write_bytes(BOM + text.encode())
+    assert read(path) == expected
+    with memory_cap(), pytest.raises(ValueError, match="^/dev/zero is a character device"):
+        read("/dev/zero")
