@@ -225,6 +225,7 @@ class Gate:
         try:
             if refused is None and scope["method"] in ("POST", "PUT", "PATCH"):
                 body, refused = await self.read_body_in_time(receive, headers)
+                refused = refused or repeated_key(body)
             if refused is None and scope["method"] == "POST":
                 refused = self.busy()
                 counted = refused is None
@@ -238,6 +239,43 @@ class Gate:
             seconds = time.perf_counter() - started
             self.metrics.answered(scope["path"], answer["status"], seconds)
             log_access(scope, key_name, answer, len(body), seconds)
+
+
+class Twice(dict):
+    """A JSON object that named `key` twice (json keeps the last value)."""
+
+    key = ""
+
+
+def repeated_key(body: bytes) -> Refused | None:
+    """The refusal of a JSON body in which an object names a key twice, named by its path (`glossary.snow`): json,
+    and so the API, would keep the last value and drop the first without a word. A body that is not JSON is left to
+    the API's own refusal. The path is looked for only when there is one, and through objects only (no request
+    holds an object in a list; a list of 300,000 would take seconds to walk): one in a list is named by its key."""
+    found = []
+
+    def keep_twice(pairs: list) -> dict:
+        value = dict(pairs)
+        if len(value) < len(pairs):
+            seen, value = set(), Twice(value)
+            value.key = next(key for key, _ in pairs if key in seen or seen.add(key))
+            found.append(value)
+        return value
+
+    try:
+        value = json.loads(body, object_pairs_hook=keep_twice)
+    except (ValueError, RecursionError):
+        return None
+    if not found:
+        return None
+    waiting, where = [((), value)] if isinstance(value, dict) else [], None
+    while waiting and where is None:
+        path, value = waiting.pop()
+        if isinstance(value, Twice):
+            where = ".".join((*path, value.key))
+        waiting += [((*path, key), item) for key, item in value.items() if isinstance(item, dict)]
+    told = where or f"the key {found[0].key!r} of an object in a list"
+    return Refused(422, where or "body", f"{told} is given twice; expected each key of an object once")
 
 
 def replay(body: bytes, receive):

@@ -428,3 +428,66 @@ def test_every_field_of_every_endpoint_at_its_largest_is_refused_or_bounded(smal
     assert rss_mb(process.pid) - before < 200, (before, rss_mb(process.pid))
     assert outcomes["paragraphs"][0] == 413 and outcomes["attention repeated"][0] == 422, outcomes
     assert all(outcomes[name][0] == 200 for name in ("n-best at most", "score fitting", "attention")), outcomes
+
+
+# === A key given twice ===============================================================================================
+
+
+@pytest.mark.parametrize(
+    "raw, field_name",
+    [
+        (b'{"text": "A dog runs.", "text": "A cat sits."}', "text"),
+        (b'{"text": "A dog runs.", "glossary": {"dog": "Hund", "dog": "Katze"}}', "glossary.dog"),
+        (b'{"text": "A dog runs.", "num_beams": 1, "num_beams": 32}', "num_beams"),
+    ],
+)
+def test_a_key_given_twice_is_refused_by_its_path(server, raw, field_name):
+    """JSON keeps an object's last value for a key given twice: the old server translated "A cat sits." alone, used
+    the last glossary target, ran 32 beams. Refused 422, by the key's path."""
+    host, port = server.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    connection.request("POST", "/translate", raw, {"Content-Type": "application/json"})
+    answer = connection.getresponse()
+    status, error = answer.status, json.loads(answer.read())
+    connection.close()
+    assert (status, error["error"]["field"]) == (422, field_name), error
+    assert "given twice" in error["error"]["message"], error
+
+
+KEYS = st.text("abcxyz", min_size=1, max_size=3)
+OBJECTS = st.recursive(
+    st.dictionaries(KEYS, st.integers() | st.text(max_size=3), max_size=3),
+    lambda inner: st.dictionaries(KEYS, inner, min_size=1, max_size=3),
+    max_leaves=12,
+)
+
+
+@given(value=OBJECTS, where=st.data())
+def test_any_key_given_twice_in_any_object_is_named_by_its_path(value, where):
+    """A JSON text written here with one object's key given twice (its first value repeated): the gate names that
+    key by its path through the objects; the same text without the repeat passes."""
+    from modeling_vaswani.toolkit.serving.gate import repeated_key
+
+    objects, path = [((), value)], []
+    while objects:  # every object of the value with its path: one is drawn
+        at, found = objects.pop()
+        if found:
+            path.append((at, found))
+        objects += [((*at, key), item) for key, item in found.items() if isinstance(item, dict)]
+    assert repeated_key(json.dumps(value).encode()) is None
+    if not path:
+        return
+    at, chosen = where.draw(st.sampled_from(path))
+    key = where.draw(st.sampled_from(sorted(chosen)))
+
+    def written(node, here=()) -> str:
+        """`node` as JSON text, the drawn key of the object at `at` written twice."""
+        pairs = [(k, v) for k, v in node.items()] + ([(key, chosen[key])] if here == at else [])
+        text = (
+            f"{json.dumps(k)}: {written(v, (*here, k)) if isinstance(v, dict) else json.dumps(v)}" for k, v in pairs
+        )
+        return "{" + ", ".join(text) + "}"
+
+    refused = repeated_key(written(value).encode())
+    assert refused is not None and refused.status == 422
+    assert refused.field_name == ".".join((*at, key)), (written(value), refused.field_name)
