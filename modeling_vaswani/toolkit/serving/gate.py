@@ -1,6 +1,8 @@
-"""What every request passes before the API reads it (an ASGI middleware around the app): the API key, the client's
-request limit, the content type, and the body, read here whole up to a byte limit; then, once answered, the access
-log line and the request metrics. Each refusal is the API's JSON error (`error_body`), before any parsing or work.
+"""What every request passes before the API reads it (an ASGI middleware around the app): the API key (and the failed
+ones of its address), the client's request limit, the content type, and the body, read here whole up to a byte limit
+and within a time limit of its own, a key given twice in one of its objects refused; then the places in flight, which
+only a request with a whole body takes; then, once answered, the access log line and the request metrics. Each
+refusal is the API's JSON error (`error_body`), before any parsing or work.
 
 Written by hand: Starlette's middlewares check none of these, and a body limit must stop reading at the limit, which
 only a middleware that owns `receive` can do.
