@@ -440,6 +440,10 @@ def stale_files(remote: list[str], pushed: set[str], earlier: list[str] | None =
     )
 
 
+def log_line(line: str) -> None:
+    (logger.warning if line.startswith("deleting ") else logger.info)(line)
+
+
 def earlier_manifest(api: HfApi, repo_id: str, head: str, remote: list[str]) -> list[str] | None:
     """The files the earlier push listed in the repository's MANIFEST at `head`, or None where it has none."""
     if MANIFEST not in remote:
@@ -480,15 +484,15 @@ def push_checkpoint(
 ) -> str:
     """Validates `folder`, renders its card, and uploads the model's files (`files_to_push`; `include` adds others)
     to `repo_id` (created if needed; `private` applies only then) on `revision`, a branch created from main if it does
-    not exist. Returns the repository's URL; `report` (default: the log) is given one line for each file pushed, left
-    out, or deleted.
+    not exist. Returns the repository's URL; `report` (default: the log, deletions as warnings) is given one line for
+    each file pushed, left out, or deleted.
 
     Everything that can be wrong with the folder is found before the first request to the Hub. Files that did not
     change since the last push are not uploaded again (the client compares hashes with the Hub's). The push is one
     commit, which also deletes the earlier model's files that this model does not have (`stale_files`). A push that
     another one overtook is refused (`PushRaced`) with nothing committed.
     """
-    report = report or logger.warning
+    report = report or log_line
     try:
         validate_repo_id(repo_id)
     except HFValidationError as error:

@@ -83,6 +83,15 @@ def test_a_users_secrets_and_log_are_refused_by_name_before_any_request(folder, 
     assert hub.request_log[requests:] == [], "nothing may reach the Hub before the folder is checked"
 
 
+def test_weights_the_opener_does_not_read_are_refused_not_pushed_beside_the_model(folder, hub, capsys):
+    """A stale pytorch_model.bin or another safetensors file beside model.safetensors: transformers could load either
+    from the repository, so neither goes up unnamed."""
+    (folder / "pytorch_model.bin").write_bytes(b"old weights")
+    (folder / "model.fp16.safetensors").write_bytes(b"old weights")
+    code, out, err = push([folder, "user/stale-weights"], capsys)
+    assert code == 2 and "holds model.fp16.safetensors, pytorch_model.bin, which are not the model's files" in err[0]
+
+
 def test_included_files_are_pushed_and_every_pushed_file_is_printed(folder, hub, capsys):
     (folder / "notes.md").write_text("trained on a laptop\n")
     (folder / "images").mkdir()
