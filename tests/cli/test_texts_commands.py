@@ -107,11 +107,16 @@ def test_a_target_prefix_holding_a_line_break_gives_one_output_line(trained, sou
     translated(trained, ["--input", source, "--target_prefix", prefixes, "--output", output], capsys)
     assert read_back(output) == (3, 3, 3)
     assert output.read_text(encoding="utf-8").startswith("Ein Mann")
-    for flags in (["--nbest", "2"], ["--alignments"]):  # n-best lists and alignments go through the same writer
-        out = translated(trained, ["--input", source, "--target_prefix", prefixes, *flags], capsys)
-        assert len(out.splitlines()) == (6 if flags[0] == "--nbest" else 3) and out.count("\n") == len(
-            out.splitlines()
-        )
+
+
+@pytest.mark.parametrize(
+    ("flag", "lines"), [(["--nbest", "2"], 6), (["--alignments"], 3)], ids=["nbest", "alignments"]
+)
+def test_n_best_lists_and_alignments_go_through_the_same_writer(trained, source, tmp_path, capsys, flag, lines):
+    prefixes = tmp_path / "prefixes.de"
+    prefixes.write_text("Ein\rMann\n\u2028\n\n", encoding="utf-8")
+    out = translated(trained, ["--input", source, "--target_prefix", prefixes, *flag], capsys)
+    assert len(out.splitlines()) == out.count("\n") == lines
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/dev/null"])
