@@ -95,7 +95,7 @@ TOKENIZER_FILES = (
     "chat_template.json",
 )
 # A model's files beside its weights and tokenizer, as the checkpoint opener reads them.
-MODEL_FILES = ("config.json", "generation_config.json", RESULTS, "README.md")
+MODEL_FILES = ("config.json", "generation_config.json", RESULTS, "README.md", MANIFEST)
 # The Trainer's state of a checkpoint-N folder: known, and not the model's (a resume needs it, a model user not).
 TRAINING_STATE = (
     OPTIMIZER_NAME,

@@ -200,6 +200,7 @@ names = st.text(string.ascii_letters + string.digits + "-_.", min_size=1, max_si
 )
 # A model folder's files by name, written out here: the model's, what a tokenizer writes, this package's code.
 MODEL = {"config.json", "generation_config.json", "results.json", "README.md", "model.safetensors"}
+MODEL |= {"vaswani_push.json"}  # a repository's snapshot pushed again: its list is the push's own, replaced
 TOKENIZER = {"tokenizer.json", "tokenizer.model", "tokenizer_config.json", "special_tokens_map.json"}
 TOKENIZER |= {"added_tokens.json", "chat_template.jinja", "chat_template.json"}
 CODE = {path.name for path in Path(modeling_vaswani.__file__).parent.glob("*_vaswani.py")}
