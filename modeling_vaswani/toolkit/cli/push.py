@@ -37,7 +37,7 @@ def main(argv=None):
         action="append",
         default=[],
         metavar="PATTERN",
-        help="also push these files of the folder: a name or glob pattern (notes.md, 'images/*.png'); repeatable",
+        help="also push these files of the folder: a name or glob pattern (notes.txt, 'images/*.png'); repeatable",
     )
     parser.add_argument(
         "--template",
