@@ -495,11 +495,14 @@ def test_a_reader_is_told_how_to_restore_what_it_cannot_restore(tmp_path):
         )
 
 
-def test_a_reader_touches_nothing_when_the_output_is_there(tmp_path):
+def test_a_reader_touches_nothing_when_the_output_is_there(tmp_path, monkeypatch):
     target = written(tmp_path / "model", **{"config.json": "{}"})
     (tmp_path / ".model.partial-x").mkdir()  # perhaps a live writer's: not a reader's to remove
     restore_set_aside(target)
     restore_set_aside(tmp_path / "user" / "hub-model")  # a Hub id: nothing there at all
+    monkeypatch.chdir(target)
+    for name in (".", "/"):  # `vaswani-translate .` in a model folder: no name to put aside, nothing to restore
+        restore_set_aside(name)
     assert leftovers(tmp_path) == [".model.partial-x"]
 
 
