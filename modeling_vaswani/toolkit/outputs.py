@@ -278,7 +278,7 @@ def check_not_input(
                 f"{flag} {path} is also an input{named}; expected another {kind}, since writing it would destroy "
                 "that input"
             )
-        if kind == "folder" and any(_same(output, folder) for folder in Path(os.path.realpath(source)).parents):
+        if kind == "folder" and _inside(output, source):
             raise OutputError(
                 f"{flag} {path} holds an input ({source}); expected another folder, since replacing it whole would "
                 "delete that input"
@@ -288,6 +288,11 @@ def check_not_input(
             f"{flag} {path} is standard input, which the command reads; expected another file, since writing it "
             "would destroy that input"
         )
+
+
+def _inside(folder: os.stat_result, source: Path) -> bool:
+    """Whether `source` is in `folder`, by the real path of a source that exists (a Hub id names no file there)."""
+    return source.exists() and any(_same(folder, parent) for parent in Path(os.path.realpath(source)).parents)
 
 
 def _same(output: os.stat_result, other: Path | int) -> bool:

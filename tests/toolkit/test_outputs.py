@@ -634,6 +634,7 @@ def test_a_folder_output_holding_an_input_is_refused(tmp_path):
     with pytest.raises(OutputError, match=f"--output {tmp_path / 'run'} holds an input"):
         check_output_folder(tmp_path / "run", OURS, inputs=[tmp_path / "elsewhere"])
     assert leftovers(tmp_path) == []
+    check_not_input(tmp_path / "run", [tmp_path / "run" / "user" / "hub-model"])  # a Hub id, not a file in it
 
 
 STDIN_CHECK = textwrap.dedent(
