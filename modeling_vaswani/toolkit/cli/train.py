@@ -5,14 +5,20 @@ the test split with sacreBLEU, chrF and TER.
     vaswani-train --preset base --dataset_name wmt14 --dataset_config_name de-en ...   # see README
 
 Every Seq2SeqTrainingArguments flag works (--help lists them); runs the same under accelerate launch and torchrun.
+--push_to_hub pushes the final model (the folder printed as model:) once, at the end, by the main process, as
+vaswani-push does: its files alone, each printed, to --hub_model_id (default: output_dir's name under the logged-in
+account), --hub_private_repo, on branch --hub_revision; the id and the login are checked before any work. The
+Trainer's own push (the whole output_dir, logs and checkpoints included) is never made.
 """
 
 import json
 import logging
 import sys
+from pathlib import Path
 
 import torch
 
+from ..hub.push import account_repo_id, push_checkpoint
 from ..training.recipe import parse_arguments, run
 from .arguments import finite_floats
 from .shell import command
@@ -21,7 +27,11 @@ from .shell import command
 @command("vaswani-train")
 def main(argv=None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    results = run(*parse_arguments(argv, adapt=finite_floats))
+    arguments = parse_arguments(argv, adapt=finite_floats)
+    training_args = arguments[-1]
+    repo_id = hub_repo_id(training_args) if training_args.push_to_hub else None
+    training_args.push_to_hub = False  # the Trainer pushes nothing: the final model is pushed below
+    results = run(*arguments)
     test = results.get("test")
     if test:
         print(f"sacreBLEU {test['sacrebleu']:.2f} ({test['signature']})")
@@ -44,6 +54,35 @@ def main(argv=None):
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+    if repo_id is not None and training_args.process_index == 0:
+        print(push_final_model(results, repo_id, training_args))
+
+
+def hub_repo_id(training_args) -> str:
+    """Where --push_to_hub pushes, as transformers' Trainer names it (--hub_model_id, else output_dir's name), checked
+    with the login before any work."""
+    if not training_args.average_last_checkpoints:
+        raise ValueError(
+            "--push_to_hub with --average_last_checkpoints 0: the final model would be output_dir itself, among the "
+            "run's logs, curves and checkpoints; expected --average_last_checkpoints N >= 1 (OUTPUT_DIR/averaged, "
+            "the model alone), or push a model folder with vaswani-push"
+        )
+    name = training_args.hub_model_id or Path(training_args.output_dir).absolute().name
+    return account_repo_id(name, token=training_args.hub_token)
+
+
+def push_final_model(results: dict, repo_id: str, training_args) -> str:
+    """The run's final model pushed as vaswani-push pushes it, each file printed; its card reports the test scores
+    where the run had a test split. Returns the repository's URL."""
+    return push_checkpoint(
+        results["model_dir"],
+        repo_id,
+        private=bool(training_args.hub_private_repo),
+        revision=training_args.hub_revision,
+        with_results="test" in results,
+        report=print,
+        token=training_args.hub_token,
+    )
 
 
 if __name__ == "__main__":  # python -m modeling_vaswani.toolkit.cli.train, as under accelerate launch -m

@@ -469,6 +469,23 @@ def link_or_copy(source: Path, target: Path) -> None:
         shutil.copyfile(source, target)
 
 
+def check_repo_id(repo_id: str) -> None:
+    """CheckpointError unless `repo_id` is a Hub repository id ("user/name", or a bare name under the login's)."""
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        raise CheckpointError(f"{repo_id!r} is not a Hub repository id ({error}); expected user/name") from error
+
+
+def account_repo_id(name: str, token: str | None = None) -> str:
+    """`name` checked (`check_repo_id`) and as the Hub will create it: a bare name under the logged-in account, as
+    transformers' Trainer puts it. Asks the Hub who is logged in, so that a push that could not be made is known before
+    the work whose result it shares."""
+    check_repo_id(name)
+    account = HfApi(token=token).whoami()["name"]
+    return name if "/" in name else f"{account}/{name}"
+
+
 def push_checkpoint(
     folder,
     repo_id: str,
@@ -481,11 +498,12 @@ def push_checkpoint(
     test_set: EvaluationSet | dict | None = None,
     include: Iterable[str] = (),
     report: Callable[[str], None] | None = None,
+    token: str | None = None,
 ) -> str:
     """Validates `folder`, renders its card, and uploads the model's files (`files_to_push`; `include` adds others)
     to `repo_id` (created if needed; `private` applies only then) on `revision`, a branch created from main if it does
     not exist. Returns the repository's URL; `report` (default: the log, deletions as warnings) is given one line for
-    each file pushed, left out, or deleted.
+    each file pushed, left out, or deleted; `token` (default: the login's, or HF_TOKEN) is the one pushing.
 
     Everything that can be wrong with the folder is found before the first request to the Hub. Files that did not
     change since the last push are not uploaded again (the client compares hashes with the Hub's). The push is one
@@ -493,14 +511,11 @@ def push_checkpoint(
     another one overtook is refused (`PushRaced`) with nothing committed.
     """
     report = report or log_line
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as error:
-        raise CheckpointError(f"{repo_id!r} is not a Hub repository id ({error}); expected user/name") from error
+    check_repo_id(repo_id)
     checkpoint = validate_checkpoint(folder)
     files, left_out = files_to_push(checkpoint, include)
     card = render_model_card(checkpoint, repo_id, test_set, with_results, template)
-    api = HfApi()
+    api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vaswani-push-") as staging:
         stage(checkpoint, files, card, Path(staging))
         # Not private: None leaves the visibility to the Hub's default for the account, as the Trainer does.

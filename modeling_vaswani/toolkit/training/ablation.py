@@ -202,6 +202,11 @@ def check_settings(model_args, training_args) -> None:
         )
     if not training_args.paper_decoding:
         raise ValueError("--no_paper_decoding: Table 3's BLEU is with the paper's beam search; expected it on")
+    if training_args.push_to_hub:
+        raise ValueError(
+            "--push_to_hub: a line of Table 3 is a measurement, not a model to share; expected no --push_to_hub "
+            "(push a line's folder with vaswani-push)"
+        )
 
 
 def parse_arguments(argv=None, adapt=None):

@@ -29,7 +29,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
     TrainerCallback,
 )
-from transformers.trainer_utils import IntervalStrategy, SaveStrategy, rotate_checkpoints
+from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, rotate_checkpoints
 
 from ..checkpoints import find_checkpoints
 from ..data.batching import TokenBudgetBatchSampler
@@ -142,6 +142,16 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     predict_with_generate: bool = field(
         default=True, metadata={"help": "evaluate by translating (BLEU), not by the loss alone"}
     )
+    push_to_hub: bool = field(
+        default=False,
+        metadata={
+            "help": "vaswani-train: push the final model (the folder it prints as model:) at the end, as vaswani-push "
+            "does, to --hub_model_id (default: output_dir's name under the logged-in account)"
+        },
+    )
+    hub_strategy: HubStrategy | str = field(
+        default="end", metadata={"help": "end: the one push of the final model (no other value is taken)"}
+    )
     paper_decoding: bool = field(
         default=True,
         metadata={"help": "evaluate with Section 6.1's beam search (beam 4, GNMT length penalty, input + 50)"},
@@ -180,6 +190,12 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
             self.dataloader_pin_memory = False  # pinning needs a GPU; torch warns of it on every run without one
         if self.max_tokens is not None and self.max_tokens <= 0:
             raise ValueError(f"max_tokens must be positive, got {self.max_tokens}")
+        if self.hub_strategy != HubStrategy.END:
+            raise ValueError(
+                f"--hub_strategy {self.hub_strategy.value}: pushes while training are not made here; "
+                "vaswani-train --push_to_hub (or vaswani-push) pushes the final model once, at the end: "
+                "expected --hub_strategy end"
+            )
 
 
 class AverageCheckpointsCallback(TrainerCallback):
@@ -241,6 +257,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer with Equation 3's schedule, token-budget batches and the paper's decoding for evaluation."""
 
     def __init__(self, model=None, args: VaswaniTrainingArguments = None, data_collator=None, **kwargs):
+        if args.push_to_hub:
+            raise ValueError(
+                "push_to_hub: the Trainer's push uploads output_dir as it lies (logs, checkpoints, any file there); "
+                "expected the final model pushed by vaswani-train --push_to_hub or vaswani-push (hub/push.py)"
+            )
         check_private_hooks()
         apply_process_settings()  # for this process only; toolkit/runtime.py says why
         if args.paper_schedule and args.learning_rate == 0:
