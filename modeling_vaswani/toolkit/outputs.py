@@ -671,7 +671,17 @@ def _move_into_place(staged: Path, path: Path, output: Output) -> None:
     except BaseException:
         previous.rename(path)
         raise
-    shutil.rmtree(previous)
+    _delete_set_aside(path, previous)
+
+
+def _delete_set_aside(path: Path, previous: Path) -> None:
+    """Deletes the earlier output `previous`, first moved to a random name of its own (recorded as a partial output):
+    a run killed while deleting it leaves no half-deleted folder under the fixed name `.NAME.old`, where a user who
+    removed it could make a folder of theirs that the file system gives the same inode number."""
+    doomed = Path(tempfile.mkdtemp(prefix=_partial_prefix(path), dir=path.parent))  # the name, held
+    _note(path, "partial", doomed, os.lstat(previous))  # the folder that will be there
+    previous.rename(doomed)  # over the empty folder that held the name
+    shutil.rmtree(doomed)
 
 
 @contextmanager

@@ -587,7 +587,9 @@ def test_average_restores_an_output_a_killed_swap_left_aside_even_when_it_then_f
 def test_average_deletes_an_old_output_a_run_killed_while_deleting_it_left(run, tmp_path):
     average_checkpoints(checkpoints(run)[:1], tmp_path / "averaged")  # an earlier output of its own
     killed_average("deleting", run, tmp_path / "averaged")
-    assert (tmp_path / ".averaged.old").is_dir() and not (tmp_path / ".averaged.old" / "config.json").exists()
+    half_deleted = [name for name in hidden(tmp_path) if name.startswith(".averaged.partial-")]
+    assert len(half_deleted) == 1 and not (tmp_path / half_deleted[0] / "config.json").exists()
+    assert not (tmp_path / ".averaged.old").exists()  # moved to a name of its own before it was deleted
     average_checkpoints(checkpoints(run), tmp_path / "averaged")
     assert hidden(tmp_path) == []
     assert torch.equal(load_file(tmp_path / "averaged" / "model.safetensors")["w"], torch.full((2, 3), 2.0))

@@ -186,7 +186,10 @@ KILLED_WRITER = textwrap.dedent(
             rename(self, target)
             if str(target).endswith(".old"):
                 os.kill(os.getpid(), signal.SIGKILL)
-        outputs.Path.rename = killed_after_setting_aside
+        if sys.argv[2] == "after-setting-aside":
+            outputs.Path.rename = killed_after_setting_aside
+        if sys.argv[2] == "while-deleting":  # the new output in place, the earlier one half deleted
+            outputs.shutil.rmtree = lambda path, *args, **kwargs: os.kill(os.getpid(), signal.SIGKILL)
     """
 )
 
@@ -554,6 +557,21 @@ def test_a_killed_runs_record_undoes_only_the_very_folder_it_made(tmp_path):
     recover(target)  # the partial it recorded goes; the copy, another inode, stays
     assert not (tmp_path / partial).exists() and (tmp_path / ".model.old" / "config.json").read_text() == "earlier"
     assert (target / "config.json").read_text() == "earlier"
+
+
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): a killed writer, a fresh process
+def test_a_backup_made_after_a_run_killed_while_deleting_is_never_taken_for_its_leftover(tmp_path):
+    target = written(tmp_path / "model", **{"config.json": "earlier"})
+    killed_writer(target, "while-deleting")
+    assert (target / "model.safetensors").read_text() == "half"  # the new output is in place
+    assert not (tmp_path / ".model.old").exists()  # the earlier one left under a name of its own, recorded
+    for name in leftovers(tmp_path):
+        if ".partial-" in name:
+            shutil.rmtree(tmp_path / name)  # the user cleans up by hand, then backs the model up
+    shutil.copytree(target, tmp_path / ".model.old")
+    recover(target)
+    assert (tmp_path / ".model.old" / "model.safetensors").read_text() == "half"
+    assert leftovers(tmp_path) == [".model.old"]
 
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo", "folder"])
