@@ -8,22 +8,22 @@ count is known (`check_sentences`, `terminology.check_phrase_texts`), generate()
 
 from ..data.markup import FORMATS
 from ..data.sentences import check_language
-from .errors import ArgumentTypeError
+from .errors import ArgumentTypeError, shown
 from .terminology import Glossary
 
 
 def flag(name: str, value) -> bool:
     if not isinstance(value, bool):  # "no" and 0 would be read as their truth: a str is no switch
-        raise ArgumentTypeError(f"{name}={value!r}; expected True or False")
+        raise ArgumentTypeError(f"{name}={shown(value)}; expected True or False")
     return value
 
 
 def count(name: str, value, optional: bool = False) -> int | None:
     expected = "an int of at least 1" + (" (or None)" if optional else "")
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"{name}={value!r}; expected {expected}")
+        raise ArgumentTypeError(f"{name}={shown(value)}; expected {expected}")
     if value < 1:
-        raise ValueError(f"{name}={value!r}; expected {expected}")
+        raise ValueError(f"{name}={shown(value)}; expected {expected}")
     return value
 
 
@@ -33,15 +33,15 @@ def optional_count(name: str, value) -> int | None:
 
 def markup_format(name: str, value) -> str:
     if not isinstance(value, str):
-        raise ArgumentTypeError(f"{name}={value!r}; expected one of {list(FORMATS)}")
+        raise ArgumentTypeError(f"{name}={shown(value)}; expected one of {list(FORMATS)}")
     if value not in FORMATS:
-        raise ValueError(f"unknown markup format {value!r} for {name}; expected one of {list(FORMATS)}")
+        raise ValueError(f"unknown markup format {shown(value)} for {name}; expected one of {list(FORMATS)}")
     return value
 
 
 def language(name: str, value) -> str | None:
     if value is not None and not isinstance(value, str):
-        raise ArgumentTypeError(f"{name}={value!r}; expected a language code (str) such as 'en', or None")
+        raise ArgumentTypeError(f"{name}={shown(value)}; expected a language code (str) such as 'en', or None")
     return check_language(value, name)
 
 

@@ -1,6 +1,19 @@
 """The error of translating callers (evaluation/translate.py and what builds on it: terminology, documents, alignments,
 scoring), in a module of its own so that each can raise it without importing the others."""
 
+import reprlib
+
+# How a refusal shows a value a caller gave: whole where short, else its start and how much more (a request's 400
+# phrases or a 10 MB string are named, not echoed back in full).
+_SHOWN = reprlib.Repr()  # its limits as attributes: Repr() takes them as arguments only from Python 3.12
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict = 3, 6, 6, 6
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 80, 80, 40
+
+
+def shown(value) -> str:
+    """`repr(value)`, shortened by the standard library's reprlib where long (`['a', 'b', ...]`, `'abc...xyz'`)."""
+    return _SHOWN.repr(value)
+
 
 class InputError(ValueError):
     """Sentences that cannot be translated as they are: the message names the first such sentence and why, and

@@ -20,7 +20,7 @@ from pathlib import Path
 from ...guidance_vaswani import overflows
 from ..data.sentences import Layout
 from ..texts import iter_text_lines, tab_fields
-from .errors import InputError
+from .errors import InputError, shown
 
 WORD = re.compile(r"\w+")
 
@@ -123,16 +123,23 @@ def check_phrase_texts(value, name: str, inputs: int) -> list[list[str]]:
     """`value`: one list of phrases (str) an input. Refuses another count, a line that is not a list of str, and a
     blank phrase, naming the input."""
     if isinstance(value, str) or not isinstance(value, Sequence) or len(value) != inputs:
-        shown = (
-            "a str" if isinstance(value, str) else f"{len(value)} entries" if isinstance(value, Sequence) else value
-        )
-        raise TermError(f"{name} is {shown}; expected a list of {inputs} lists of phrases, one an input", name)
+        if isinstance(value, str):
+            described = "a str"
+        elif isinstance(value, Sequence):
+            described = f"{len(value)} entries"
+        else:
+            described = shown(value)
+        raise TermError(f"{name} is {described}; expected a list of {inputs} lists of phrases, one an input", name)
     for number, phrases in enumerate(value, start=1):
         if isinstance(phrases, str) or not isinstance(phrases, Sequence):
-            raise TermError(f"{name} of input {number} is {phrases!r}; expected a list of phrases (str)", name, number)
+            raise TermError(
+                f"{name} of input {number} is {shown(phrases)}; expected a list of phrases (str)", name, number
+            )
         for phrase in phrases:
             if not isinstance(phrase, str) or not phrase.strip():
-                raise TermError(f"{name} of input {number} holds {phrase!r}; expected non-blank phrases", name, number)
+                raise TermError(
+                    f"{name} of input {number} holds {shown(phrase)}; expected non-blank phrases", name, number
+                )
     return [list(phrases) for phrases in value]
 
 
@@ -190,8 +197,8 @@ def check_one_sentence(layout: Layout, constraints: list[list[str]], name: Calla
         if phrases and count != 1:
             holds = f"holds {count} sentences" if count else "is empty"
             raise TermError(
-                f"{name('constraints', line + 1)} is {phrases}, for {unit} {layout.first + line}, which {holds}: a "
-                f"{unit}'s constraints are its one sentence's; expected a {unit} of one sentence"
+                f"{name('constraints', line + 1)} is {shown(phrases)}, for {unit} {layout.first + line}, which "
+                f"{holds}: a {unit}'s constraints are its one sentence's; expected a {unit} of one sentence"
                 + (", or no sentence splitting (--no_split_sentences, split_sentences=False)" if count else ""),
                 "constraints",
                 line + 1,

@@ -134,3 +134,20 @@ def test_the_issues_cases(functions, loaded):
     glossary = {"bike": "Fahrrad"}
     got = translate(model, tokenizer, LINES, glossary=glossary, max_new_tokens=12, progress=False)
     assert "Fahrrad" in got[0]
+
+
+@pytest.mark.parametrize(("function", "argument"), [("translate", "split_sentences"), ("score", "batch_size")])
+def test_a_refusal_names_a_long_value_without_echoing_it_whole(functions, function, argument):
+    """A value of a megabyte (or a list of 100,000 phrases) is named by its start, not written back whole into the
+    error, a log line or a server's answer."""
+    for value in ("x" * 2**20, list(range(100_000))):
+        with pytest.raises((TypeError, ValueError)) as refused:
+            functions[function](**{argument: value})
+        assert argument in str(refused.value) and len(str(refused.value)) < 400, str(refused.value)[:500]
+
+
+def test_a_long_list_of_phrases_is_named_by_its_start(loaded):
+    model, tokenizer = loaded
+    with pytest.raises(ValueError, match=r"constraints of input 1 is 'Hund Hund") as refused:
+        translate(model, tokenizer, LINES, constraints=["Hund " * 100_000], split_sentences=False, progress=False)
+    assert len(str(refused.value)) < 400
