@@ -240,16 +240,16 @@ def test_killed_push_keeps_the_last_commit_and_a_retry_uploads_only_the_changed_
 
 
 def test_trainer_push_to_hub_loads_without_the_package(hub_server, checkpoint, env, tmp_path):
-    output = tmp_path / "run"
+    run = tmp_path / "run"
     script(
-        "train", "--model_name_or_path", checkpoint, "--output_dir", output, "--max_steps", 2,
-        "--save_strategy", "no", "--average_last_checkpoints", 0, "--report_to", "none",
+        "train", "--model_name_or_path", checkpoint, "--output_dir", run, "--max_steps", 2,
+        "--save_steps", 2, "--average_last_checkpoints", 1, "--report_to", "none",
         "--max_train_samples", 100, "--max_eval_samples", 4,
         "--max_tokens", 600, "--disable_tqdm", "true",
-        "--push_to_hub", "--hub_model_id", "user/vaswani-trainer", "--hub_strategy", "end",
+        "--push_to_hub", "--hub_model_id", "user/vaswani-trainer",
         env=env,
     )  # fmt: skip
-    # The Trainer saves with save_pretrained, which writes the model's code and declares the pipeline.
+    output = run / "averaged"  # the final model, which vaswani-train --push_to_hub pushes as vaswani-push does
     remote = run_client(
         PULL_WITHOUT_PACKAGE, env, "user/vaswani-trainer", json.dumps(SENTENCES), "pipeline", timeout=180
     )
