@@ -6,7 +6,7 @@ import functools
 
 import pytest
 from helpers.refusals import refused
-from helpers.training_setup import TINY_PAIRS, run_command, trained_tiny_checkpoint
+from helpers.training_setup import TINY_PAIRS, run_command
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
 from modeling_vaswani.toolkit.evaluation.terminology import Glossary
@@ -16,11 +16,6 @@ from modeling_vaswani.toolkit.serving.engines import load_translator
 OPTIONS = ["--max_new_tokens", "12"]
 run = functools.partial(run_command, translate_command)  # run(argv, capsys)
 LINES = [source for source, _ in TINY_PAIRS]
-
-
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    return trained_tiny_checkpoint(tmp_path_factory.mktemp("trained"))
 
 
 @pytest.fixture

@@ -43,20 +43,6 @@ def folder(model, tmp_path):
     return shutil.copytree(model, tmp_path / "averaged")
 
 
-@pytest.fixture
-def hub(hub_server, monkeypatch, tmp_path):
-    """The push client, in this process, pointed at the local Hub server with a cache of its own."""
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub_server.url)
-    template = hub_server.url + "/{repo_id}/resolve/{revision}/{filename}"  # as HF_ENDPOINT makes it at import
-    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)  # the server speaks LFS
-    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
-    huggingface_hub.utils.disable_progress_bars()  # a command's stderr is then its one error line
-    yield hub_server
-    huggingface_hub.utils.enable_progress_bars()
-
-
 def push(argv, capsys) -> tuple[int, list[str], list[str]]:
     """vaswani-push ARGV: (exit code, stdout lines, stderr lines)."""
     try:

@@ -45,20 +45,6 @@ def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("train-push"), lines=300)
 
 
-@pytest.fixture
-def hub(hub_server, monkeypatch, tmp_path):
-    """The clients of this process (vaswani-push's and transformers') pointed at the local Hub server."""
-    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub_server.url)
-    template = hub_server.url + "/{repo_id}/resolve/{revision}/{filename}"  # as HF_ENDPOINT makes it at import
-    monkeypatch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub-cache"))
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)  # the server speaks LFS
-    monkeypatch.setenv("HF_TOKEN", "hf_test_token")
-    huggingface_hub.utils.disable_progress_bars()
-    yield hub_server
-    huggingface_hub.utils.enable_progress_bars()
-
-
 def repo_files(hub_server, repo_id: str, branch: str = "main") -> set[str]:
     return set(Repo(hub_server.root, "model", repo_id).commit(hub_server.head(repo_id, branch))["tree"])
 
