@@ -338,9 +338,11 @@ def _lock_file(key: Path) -> Path:
 
 
 # The lock file's first line names its holder; each further line records something its holder created beside the
-# output, before it could be left there: {"kind": "partial" or "old", "aside": NAME, "dev": N, "ino": N}.
+# output, before it could be left there: {"kind": "partial" or "old", "aside": NAME, "dev": N, "ino": N}; "gone" says
+# that an earlier record's NAME no longer holds what it recorded (moved away by its writer), so that a folder made
+# there later (a user's backup, given the freed inode number) is never taken for it.
 _HOLDER = re.compile(r"[^\n]+ \(pid \d+\)")
-_KINDS = ("partial", "old")
+_KINDS = ("partial", "old", "gone")
 
 
 def _journal(content: bytes) -> list[dict] | None:
@@ -510,7 +512,13 @@ def _undo(path: Path, records: list[dict]) -> None:
     """Undoes what a killed writer of `path` recorded and left: an earlier output it had set aside is restored if the
     new one never took its place, else deleted; its partial outputs are deleted (the run did not finish). Anything
     else under those names is someone else's, and stays."""
+    live = []
     for record in records:
+        if record["kind"] == "gone":
+            live = [earlier for earlier in live if earlier["aside"] != record["aside"]]
+        else:
+            live.append(record)
+    for record in live:
         aside = path.with_name(record["aside"])
         if not _made_by(record, aside):
             continue
@@ -679,8 +687,10 @@ def _delete_set_aside(path: Path, previous: Path) -> None:
     a run killed while deleting it leaves no half-deleted folder under the fixed name `.NAME.old`, where a user who
     removed it could make a folder of theirs that the file system gives the same inode number."""
     doomed = Path(tempfile.mkdtemp(prefix=_partial_prefix(path), dir=path.parent))  # the name, held
-    _note(path, "partial", doomed, os.lstat(previous))  # the folder that will be there
+    info = os.lstat(previous)
+    _note(path, "partial", doomed, info)  # the folder that will be there
     previous.rename(doomed)  # over the empty folder that held the name
+    _note(path, "gone", previous, info)  # .NAME.old is free: what is made there from now on is not ours
     shutil.rmtree(doomed)
 
 
