@@ -1,4 +1,4 @@
-"""Word alignments from a model's attention (modeling_vaswani/toolkit/evaluation/alignment.py) against an independent
+"""Word alignments from a model's attention (modeling_vaswani/toolkit/translation/alignment.py) against an independent
 aligner, eflomal (Östling and Tiedemann 2016; `pip install eflomal`, GPLv3, run here as a tool, never imported by
 the package), on the shipped Multi30k En-De (modeling_vaswani/toolkit/data/multi30k/). The findings are in
 docs/documents.md#word-alignments.
@@ -24,7 +24,7 @@ little from run to run.
 python benchmarks/alignment.py --model runs/small/averaged        # about 17 minutes on 2 cores, 10 of them translating
 python benchmarks/alignment.py --model runs/small/averaged --work alignment_work --reuse   # keep and reuse outputs
 python benchmarks/alignment.py --model runs/small/averaged \
-    --write_sample tests/toolkit/evaluation/data/alignment_test2016_sample.jsonl   # the slow test's sample
+    --write_sample tests/toolkit/translation/data/alignment_test2016_sample.jsonl   # the slow test's sample
 """
 
 import argparse
@@ -106,7 +106,7 @@ def eflomal_links(sources: Sequence[str], targets: Sequence[str], folder: Path, 
         links_filename_rev=str(reverse),
     )
     print(f"eflomal {name}: {len(sources)} pairs in {time.perf_counter() - started:.0f} s")
-    from modeling_vaswani.toolkit.evaluation.alignment import parse_pharaoh
+    from modeling_vaswani.toolkit.translation.alignment import parse_pharaoh
 
     forward_lines = forward.read_text(encoding="utf-8").split("\n")[: len(sources)]
     reverse_lines = reverse.read_text(encoding="utf-8").split("\n")[: len(sources)]
@@ -147,7 +147,7 @@ def diagonal(source: str, target: str) -> list[tuple[int, int]]:
 def configurations(layers: int, heads: int) -> list[tuple]:
     """(layer, heads, aggregation) for every layer and all layers averaged (None): heads averaged (None) with each
     aggregation, and each head alone with the mean."""
-    from modeling_vaswani.toolkit.evaluation.alignment import AGGREGATIONS
+    from modeling_vaswani.toolkit.translation.alignment import AGGREGATIONS
 
     layer_choices = [*range(layers), None]
     averaged = [(layer, None, aggregation) for layer in layer_choices for aggregation in AGGREGATIONS]
@@ -157,7 +157,7 @@ def configurations(layers: int, heads: int) -> list[tuple]:
 def attention_links(attention, configuration, shift: bool = False) -> list[list[tuple[int, int]]]:
     """Every sentence's links under one configuration. `shift`: target token t takes the attention of the step that
     READ it (row t + 1, Chen et al. 2020's shift-att) instead of the step that predicted it (row t, the library's)."""
-    from modeling_vaswani.toolkit.evaluation.alignment import SentenceAttention
+    from modeling_vaswani.toolkit.translation.alignment import SentenceAttention
 
     links = []
     for sentence in attention:
@@ -245,8 +245,8 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     from modeling_vaswani import VaswaniForConditionalGeneration
     from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
-    from modeling_vaswani.toolkit.evaluation.alignment import pharaoh, sentence_attention
-    from modeling_vaswani.toolkit.evaluation.translate import translate
+    from modeling_vaswani.toolkit.translation.alignment import pharaoh, sentence_attention
+    from modeling_vaswani.toolkit.translation.translate import translate
 
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="alignment-"))
     work.mkdir(parents=True, exist_ok=True)

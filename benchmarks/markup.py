@@ -1,4 +1,4 @@
-"""Inline tags carried across translation (modeling_vaswani/toolkit/evaluation/documents.py, data/markup.py), on
+"""Inline tags carried across translation (modeling_vaswani/toolkit/translation/documents.py, data/markup.py), on
 Multi30k test2016 sentences given 1-3 synthetic tags wrapping source word spans (seeded: one tag, two side by side,
 two nested, one inside another with a third after them, and a `<br/>` after a word). The findings are in
 docs/documents.md#markup.
@@ -7,7 +7,7 @@ Reported:
 - well-formed, same tags: % outputs that xml.etree (not lxml, which markup.py uses) reads, with the same elements,
   attributes and nesting as the input;
 - text = plain: % outputs whose text (tags taken out) equals the plain translation of the input's text;
-- on eflomal's words: for the sentences of tests/toolkit/evaluation/data/alignment_test2016_sample.jsonl (every
+- on eflomal's words: for the sentences of tests/toolkit/translation/data/alignment_test2016_sample.jsonl (every
   10th test2016 pair, the model's own translation and eflomal's grow-diag-final-and links of it) whose translation
   here is the sample's, each wrapping tag whose source words eflomal links: % placed on exactly the smallest target
   span covering eflomal's links, and the mean F1 of the target words it wraps against that span's.
@@ -29,12 +29,12 @@ from transformers import AutoTokenizer
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.data.markup import Document
-from modeling_vaswani.toolkit.evaluation.alignment import parse_pharaoh
-from modeling_vaswani.toolkit.evaluation.documents import translate_markup
-from modeling_vaswani.toolkit.evaluation.translate import translate
+from modeling_vaswani.toolkit.translation.alignment import parse_pharaoh
+from modeling_vaswani.toolkit.translation.documents import translate_markup
+from modeling_vaswani.toolkit.translation.translate import translate
 
 REPO = Path(__file__).resolve().parent.parent
-SAMPLE = REPO / "tests/toolkit/evaluation/data/alignment_test2016_sample.jsonl"
+SAMPLE = REPO / "tests/toolkit/translation/data/alignment_test2016_sample.jsonl"
 KINDS = ("one", "adjacent", "nested", "nested + after", "break")
 
 

@@ -48,8 +48,8 @@ from transformers import (
 from modeling_vaswani.toolkit.checkpoints import find_checkpoints, load_model_and_tokenizer
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.evaluation.metrics import translation_scores
-from modeling_vaswani.toolkit.evaluation.translate import translate
 from modeling_vaswani.toolkit.training.trainer import TimeBudgetCallback
+from modeling_vaswani.toolkit.translation.translate import translate
 
 SETS = {"validation": "validation", "test2016": "test"}  # our names -> multi30k_files' split names
 # The baseline as issue 18 describes it: the small preset's shapes, fixed here so that a change to the preset does

@@ -27,9 +27,9 @@ import sacrebleu
 from speed.report import machine
 
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
-from modeling_vaswani.toolkit.evaluation.terminology import Glossary
-from modeling_vaswani.toolkit.evaluation.translate import translate
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.terminology import Glossary
+from modeling_vaswani.toolkit.translation.translate import translate
 
 SAMPLE = Path(__file__).resolve().parent / "data" / "terminology_test2016.jsonl"
 SEED = 2017

@@ -143,10 +143,10 @@ def load_engine(engine: str, folder: str, model_dir: str, threads: int):
     """The model and tokenizer `translate` runs, as the commands load them."""
     from transformers import AutoTokenizer, MarianMTModel
 
-    from modeling_vaswani.toolkit.serving.engines import load_translator
+    from modeling_vaswani.toolkit.translation.engines import load_translator
 
     if engine in CTRANSLATE2_ENGINES:
-        from modeling_vaswani.toolkit.serving.ctranslate2 import CTranslate2Model
+        from modeling_vaswani.toolkit.translation.ctranslate2 import CTranslate2Model
 
         return CTranslate2Model(folder, intra_threads=threads), AutoTokenizer.from_pretrained(folder)
     if engine == "marian":
@@ -173,8 +173,8 @@ def run_job(spec: dict) -> dict:
     import torch
 
     from modeling_vaswani.toolkit.evaluation.metrics import bleu, chrf
-    from modeling_vaswani.toolkit.evaluation.translate import translate
     from modeling_vaswani.toolkit.runtime import apply_process_settings
+    from modeling_vaswani.toolkit.translation.translate import translate
 
     apply_process_settings()  # as every vaswani-* command starts
     torch.set_num_threads(spec["threads"])

@@ -19,7 +19,7 @@ from speed.models import ctranslate2_unavailable
 from transformers import AutoTokenizer
 
 from modeling_vaswani.toolkit.checkpoints import load_model_and_tokenizer
-from modeling_vaswani.toolkit.evaluation.translate import InputError, length_batches, translate
+from modeling_vaswani.toolkit.translation.translate import InputError, length_batches, translate
 
 SCRIPT = REPO / "benchmarks" / "real_text.py"
 

@@ -21,7 +21,7 @@ from helpers.training_setup import REPO, tiny_checkpoint, trained_tiny_checkpoin
 from speed import abuse, real_text
 
 from modeling_vaswani.toolkit.checkpoints import load_model_and_tokenizer
-from modeling_vaswani.toolkit.evaluation.translate import translate
+from modeling_vaswani.toolkit.translation.translate import translate
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")

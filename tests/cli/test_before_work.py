@@ -27,8 +27,8 @@ from modeling_vaswani.toolkit.cli import (
 )
 from modeling_vaswani.toolkit.cli.shell import ENVIRONMENT_ERRNOS
 from modeling_vaswani.toolkit.data.corpora import MULTI30K_DIR, read_sentences
-from modeling_vaswani.toolkit.evaluation.translate import translate as translate_sentences
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences
 
 FAST = ["--num_beams", "1", "--max_new_tokens", "4"]
 NO_SPACE = ENVIRONMENT_ERRNOS[errno.ENOSPC]

@@ -33,10 +33,10 @@ from modeling_vaswani.toolkit.cli import train_tokenizer as train_tokenizer_comm
 from modeling_vaswani.toolkit.cli import translate as translate_command
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
-from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
 from modeling_vaswani.toolkit.hub.push import push_checkpoint
 from modeling_vaswani.toolkit.training.averaging import average_checkpoints
 from modeling_vaswani.toolkit.training.presets import preset_config
+from modeling_vaswani.toolkit.translation.translate import InputError, translate
 
 # Decoding kept short: these tests are about what happens before and around it.
 FAST = ["--num_beams", "1", "--max_new_tokens", "4"]

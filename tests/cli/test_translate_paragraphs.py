@@ -15,10 +15,10 @@ from helpers.refusals import refused
 from helpers.training_setup import command, run_command
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
-from modeling_vaswani.toolkit.evaluation.alignment import parse_pharaoh, pharaoh, translate_aligned
-from modeling_vaswani.toolkit.evaluation.translate import translate
-from modeling_vaswani.toolkit.serving.engines import load_translator
 from modeling_vaswani.toolkit.texts import one_line
+from modeling_vaswani.toolkit.translation.alignment import parse_pharaoh, pharaoh, translate_aligned
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.translate import translate
 
 OPTIONS = ["--max_new_tokens", "6"]
 LONG = " ".join(["word"] * 80) + "."  # one sentence of more than 64 tokens
@@ -207,7 +207,7 @@ def test_the_language_comes_from_the_flag_then_results_json_then_the_tokenizer(c
 
 
 def aligned_lines(loaded, lines: list[str]) -> list[str]:
-    """The reference: the library's translations and alignments (tests/toolkit/evaluation/test_translate_aligned.py
+    """The reference: the library's translations and alignments (tests/toolkit/translation/test_translate_aligned.py
     checks them against each sentence aligned alone), as Marian's --alignment writes them."""
     model, tokenizer = loaded
     found = translate_aligned(model, tokenizer, lines, max_new_tokens=6, progress=False)

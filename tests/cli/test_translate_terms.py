@@ -9,9 +9,9 @@ from helpers.refusals import refused
 from helpers.training_setup import TINY_PAIRS, run_command
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
-from modeling_vaswani.toolkit.evaluation.terminology import Glossary
-from modeling_vaswani.toolkit.evaluation.translate import translate
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.terminology import Glossary
+from modeling_vaswani.toolkit.translation.translate import translate
 
 OPTIONS = ["--max_new_tokens", "12"]
 run = functools.partial(run_command, translate_command)  # run(argv, capsys)

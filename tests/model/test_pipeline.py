@@ -11,7 +11,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_vaswani import SplittingTranslationPipeline, VaswaniConfig, VaswaniTranslationPipeline
 from modeling_vaswani.remote_code_vaswani import CUSTOM_PIPELINES, PAYLOAD_FILES
-from modeling_vaswani.toolkit.evaluation.alignment import translate_aligned
+from modeling_vaswani.toolkit.translation.alignment import translate_aligned
 
 SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
 
@@ -217,7 +217,7 @@ def test_the_language_is_the_models_recorded_one(checkpoint, tmp_path):
 
 def test_alignments_on_request_are_the_librarys(translator, checkpoint):
     """alignments=True adds each text's "alignment": translate_aligned's pairs (checked against each sentence aligned
-    alone in tests/toolkit/evaluation/test_translate_aligned.py), in the text's word positions; without it, none."""
+    alone in tests/toolkit/translation/test_translate_aligned.py), in the text's word positions; without it, none."""
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint).eval()
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     texts = [joined(sentences, spacing) for sentences, spacing in PARAGRAPHS] + [" "]

@@ -217,9 +217,9 @@ def every_reader_of_user_text():
     """Each of the package's readers of a text a user writes, with a file's text and what it must read from it."""
     from modeling_vaswani.toolkit.cli.arguments import read_input
     from modeling_vaswani.toolkit.data.corpora import read_sentences
-    from modeling_vaswani.toolkit.evaluation.terminology import Glossary
     from modeling_vaswani.toolkit.interop.fairseq import read_codes, read_dictionary
     from modeling_vaswani.toolkit.serving.gate import read_keys
+    from modeling_vaswani.toolkit.translation.terminology import Glossary
 
     return {
         "input": (read_input, "A man.\r\nA dog.\r\n", ["A man.", "A dog."]),

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from ..checkpoints import is_ctranslate2_folder, local_folder, validate_checkpoint, validate_export
 from ..outputs import check_not_input, check_output_file, resolve_output
-from ..serving.engines import ENGINES
 from ..texts import iter_stream_lines, iter_text_lines
+from ..translation.engines import ENGINES
 
 
 def positive_int(text: str) -> int:

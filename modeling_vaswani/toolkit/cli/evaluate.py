@@ -17,10 +17,10 @@ import json
 
 from ..data.corpora import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..evaluation.metrics import translation_scores
-from ..evaluation.translate import InputError, input_token_limit, translate
 from ..outputs import atomic_text
-from ..serving.engines import load_translator
 from ..texts import write_lines
+from ..translation.engines import load_translator
+from ..translation.translate import InputError, input_token_limit, translate
 from .arguments import add_batch_arguments, add_model_arguments, check_output_path
 from .shell import command
 

@@ -12,8 +12,8 @@ import argparse
 
 from ..checkpoints import load_model_and_tokenizer
 from ..evaluation.plotting import ATTENTION_KINDS, plot_attention
-from ..evaluation.translate import check_sentences
 from ..outputs import ATTENTION_MAPS, check_output_folder
+from ..translation.translate import check_sentences
 from .shell import command
 
 

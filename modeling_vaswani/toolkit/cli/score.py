@@ -16,11 +16,11 @@ Refused before any pair is scored: files of different line counts, an empty line
 import argparse
 import sys
 
-from ..evaluation.scoring import perplexity, score
-from ..evaluation.translate import InputError, input_token_limit
 from ..outputs import atomic_text
-from ..serving.engines import load_ensemble
 from ..texts import write_lines
+from ..translation.engines import load_ensemble
+from ..translation.scoring import perplexity, score
+from ..translation.translate import InputError, input_token_limit
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,

@@ -21,8 +21,8 @@ import sys
 from pathlib import Path
 
 from ..data.sentences import check_language
-from ..evaluation.translate import source_language
-from ..serving.engines import load_translator
+from ..translation.engines import load_translator
+from ..translation.translate import source_language
 from .arguments import add_model_arguments, check_models, positive_int
 from .shell import command
 

@@ -63,10 +63,13 @@ from transformers import AutoTokenizer
 from ..checkpoints import load_tokenizer, local_folder
 from ..data.markup import check_documents, check_markup_text
 from ..data.sentences import check_language
-from ..evaluation.alignment import pharaoh, translate_aligned
-from ..evaluation.documents import translate_markup
-from ..evaluation.terminology import Glossary, check_clashes, sentence_terms
-from ..evaluation.translate import (
+from ..outputs import atomic_text
+from ..texts import iter_arrived_lines, iter_text_lines, write_lines
+from ..translation.alignment import pharaoh, translate_aligned
+from ..translation.documents import translate_markup
+from ..translation.engines import load_ensemble, runs_on_ctranslate2
+from ..translation.terminology import Glossary, check_clashes, sentence_terms
+from ..translation.translate import (
     InputError,
     input_token_limit,
     source_language,
@@ -74,9 +77,6 @@ from ..evaluation.translate import (
     translate,
     translate_nbest,
 )
-from ..outputs import atomic_text
-from ..serving.engines import load_ensemble, runs_on_ctranslate2
-from ..texts import iter_arrived_lines, iter_text_lines, write_lines
 from .arguments import (
     add_batch_arguments,
     add_model_arguments,

@@ -1,1 +1,2 @@
-"""Translating many sentences with a loaded model, BLEU as the paper and WMT report it, and plots."""
+"""Judging translations: BLEU as the paper and WMT report it (sacreBLEU, chrF, TER), and plots of training and
+attention."""

@@ -38,7 +38,7 @@ from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writa
 
 # isort: off
 # serving.ctranslate2 first: its ImportError says how to install CTranslate2
-from ..serving.ctranslate2 import EXPORT_FILE
+from ..translation.ctranslate2 import EXPORT_FILE
 from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
 

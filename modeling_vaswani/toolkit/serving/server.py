@@ -46,11 +46,11 @@ from transformers import StoppingCriteriaList
 
 from ...search_vaswani import OUTPUT_MARGIN, max_output_length
 from ..data.markup import Document, write_documents
-from ..evaluation.alignment import line_alignments, word_alignments
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
-from ..evaluation.scoring import score
-from ..evaluation.terminology import Glossary, check_room, phrase_ids, sentence_terms
-from ..evaluation.translate import (
+from ..translation.alignment import line_alignments, word_alignments
+from ..translation.scoring import score
+from ..translation.terminology import Glossary, check_room, phrase_ids, sentence_terms
+from ..translation.translate import (
     InputError,
     check_nbest,
     check_one_sentence_a_line,

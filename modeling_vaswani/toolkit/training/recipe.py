@@ -48,7 +48,6 @@ from ..data.sentences import record_languages
 from ..data.tokenizer import train_tokenizer_from_texts
 from ..evaluation.metrics import bleu, chrf, translation_scores
 from ..evaluation.plotting import plot_training_curves
-from ..evaluation.translate import translate
 from ..outputs import (
     MODEL_OUTPUT,
     atomic_text,
@@ -59,6 +58,7 @@ from ..outputs import (
     write_text,
 )
 from ..texts import write_lines
+from ..translation.translate import translate
 from .averaging import average_checkpoints
 from .budget import plan_run
 from .presets import PRESETS, preset_config, preset_overrides

@@ -23,7 +23,7 @@ from modeling_vaswani.toolkit.data.sentences import (
     tokenizer_language,
 )
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer_from_texts
-from modeling_vaswani.toolkit.evaluation.translate import source_language
+from modeling_vaswani.toolkit.translation.translate import source_language
 
 SEPARATORS = [" ", "  ", "\t", " \t ", "   ", "\u3000"]  # between sentences
 AROUND = ["", " ", "\t", "  ", " \t"]  # before the first, after the last

@@ -3,7 +3,7 @@
 import pytest
 from helpers.training_setup import tiny_checkpoint
 
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
 
 
 @pytest.fixture(scope="module")

@@ -18,8 +18,8 @@ from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 from modeling_vaswani.toolkit.evaluation import plotting
-from modeling_vaswani.toolkit.evaluation.translate import translate
 from modeling_vaswani.toolkit.outputs import MARKER
+from modeling_vaswani.toolkit.translation.translate import translate
 
 SOURCE = "Ein Mann fährt Fahrrad."
 TRANSLATION = "A man rides a bike."

@@ -174,7 +174,7 @@ def test_branch_push_loads_by_branch_and_commit_with_the_package(hub_server, che
     assert out["models"] == [["modeling_vaswani.modeling_vaswani", d] for d in (first, first, second, second, first)]
     assert out["tokenizer"] == AutoTokenizer.from_pretrained(retrained)(SENTENCES)["input_ids"]
     # With the package installed, its registration wins: the payload's pipeline with sentences split (issue 42).
-    assert out["pipeline"] == "modeling_vaswani.toolkit.evaluation.pipeline"
+    assert out["pipeline"] == "modeling_vaswani.toolkit.translation.pipeline"
     assert out["translations"] == local_translations(retrained)
     assert out["missing_repo"] == out["missing_revision"] == "OSError"  # transformers' error for a missing model
     assert out["missing_file"] == "RemoteEntryNotFoundError"

@@ -1,5 +1,5 @@
-"""The CTranslate2 export (toolkit/interop/ctranslate2.py) and its runtime (toolkit/serving/ctranslate2.py) against the
-PyTorch model, and the commands that run it.
+"""The CTranslate2 export (toolkit/interop/ctranslate2.py) and its runtime (toolkit/translation/ctranslate2.py) against
+the PyTorch model, and the commands that run it.
 
 Tiny random models compare at the token-id level (token names t4, t5, ... for a vocabulary without a tokenizer); the
 commands run on a tiny model with a BPE tokenizer trained on Multi30k (training_setup.tiny_checkpoint).
@@ -18,12 +18,12 @@ from helpers.training_setup import command, run_command, tiny_checkpoint
 ctranslate2 = pytest.importorskip("ctranslate2")
 
 from modeling_vaswani.toolkit.cli import evaluate, export_ctranslate2, translate  # noqa: E402
-from modeling_vaswani.toolkit.evaluation.scoring import score  # noqa: E402
-from modeling_vaswani.toolkit.evaluation.translate import input_token_limit, pytorch_nbest  # noqa: E402
-from modeling_vaswani.toolkit.evaluation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.interop.ctranslate2 import ExportError, VaswaniConverter, write_export  # noqa: E402
-from modeling_vaswani.toolkit.serving.ctranslate2 import EXPORT_FILE, CTranslate2Model  # noqa: E402
-from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.ctranslate2 import EXPORT_FILE, CTranslate2Model  # noqa: E402
+from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.scoring import score  # noqa: E402
+from modeling_vaswani.toolkit.translation.translate import input_token_limit, pytorch_nbest  # noqa: E402
+from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 
 
 def names(vocab_size: int = 61) -> list[str]:

@@ -25,9 +25,9 @@ from helpers.training_setup import TINY_PAIRS, command, free_port
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from modeling_vaswani.toolkit.evaluation.translate import check_sentences, translate  # noqa: E402
-from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
 from modeling_vaswani.toolkit.serving.worker import Checker  # noqa: E402
+from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.translate import check_sentences, translate  # noqa: E402
 
 SENTENCES = [source for source, _ in TINY_PAIRS]
 KEY = "k" * 12 + "-test-key-0001"  # 26 characters: a key is at least 16

@@ -14,9 +14,9 @@ from helpers.training_setup import TINY_PAIRS
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
 
-from modeling_vaswani.toolkit.evaluation.alignment import translate_aligned  # noqa: E402
-from modeling_vaswani.toolkit.evaluation.translate import translate, translate_nbest  # noqa: E402
-from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.alignment import translate_aligned  # noqa: E402
+from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.translate import translate, translate_nbest  # noqa: E402
 
 SENTENCES = [source for source, _ in TINY_PAIRS]
 REFERENCES = [target for _, target in TINY_PAIRS]  # what the served model learned
@@ -344,7 +344,7 @@ def test_a_prefix_starts_a_texts_first_sentence(server, checkpoint):
 
 
 def test_alignments_are_the_librarys_in_each_texts_words(server, checkpoint):
-    """The library's (translate_aligned: tests/toolkit/evaluation/test_translate_aligned.py checks it against each
+    """The library's (translate_aligned: tests/toolkit/translation/test_translate_aligned.py checks it against each
     sentence aligned alone), for paragraphs, blank texts and one text; none without the field."""
     model, tokenizer = load_translator(str(checkpoint))
     texts = paragraph_texts(SENTENCES)

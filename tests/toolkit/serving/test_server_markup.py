@@ -8,8 +8,8 @@ pytest.importorskip("uvicorn")
 
 from test_server import get_json, post  # noqa: E402
 
-from modeling_vaswani.toolkit.evaluation.documents import translate_markup  # noqa: E402
-from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.documents import translate_markup  # noqa: E402
+from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
 
 PAGE = (
     "<!DOCTYPE html>\n<html><head><title>A girl sings.</title><style>b { color: red }</style></head>"

@@ -8,9 +8,9 @@ pytest.importorskip("uvicorn")
 
 from test_server import get_json, post  # noqa: E402
 
-from modeling_vaswani.toolkit.evaluation.terminology import Glossary  # noqa: E402
-from modeling_vaswani.toolkit.evaluation.translate import translate  # noqa: E402
-from modeling_vaswani.toolkit.serving.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.terminology import Glossary  # noqa: E402
+from modeling_vaswani.toolkit.translation.translate import translate  # noqa: E402
 
 TEXTS = ["A man rides a bike.", "Two dogs play in the snow.", "A girl sings."]
 

@@ -18,10 +18,10 @@ from modeling_vaswani.configuration_vaswani import TABLE_3
 from modeling_vaswani.toolkit.cli.ablate import main
 from modeling_vaswani.toolkit.data.corpora import load_multi30k
 from modeling_vaswani.toolkit.evaluation.metrics import bleu
-from modeling_vaswani.toolkit.evaluation.translate import translate
 from modeling_vaswani.toolkit.training import ablation
 from modeling_vaswani.toolkit.training.ablation import check_lines, line_config, parse_line
 from modeling_vaswani.toolkit.training.presets import PRESETS
+from modeling_vaswani.toolkit.translation.translate import translate
 
 STEPS, DEV = 4, 8
 SMALL = {"d_model": 256, "encoder_layers": 3, "decoder_layers": 3, "num_heads": 4, "d_ff": 1024}

@@ -8,15 +8,15 @@ from helpers.paragraphs import joined, paragraphs
 from helpers.training_setup import tiny_checkpoint
 
 from modeling_vaswani.toolkit.data.sentences import Layout
-from modeling_vaswani.toolkit.evaluation.alignment import (
+from modeling_vaswani.toolkit.translation.alignment import (
     AlignedTranslation,
     line_alignments,
     piece_words,
     translate_aligned,
     word_alignments,
 )
-from modeling_vaswani.toolkit.evaluation.translate import translate
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.translate import translate
 
 FAST = {"max_new_tokens": 6, "progress": False}
 

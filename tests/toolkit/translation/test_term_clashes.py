@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from modeling_vaswani.guidance_vaswani import check_avoid
-from modeling_vaswani.toolkit.evaluation.terminology import phrase_ids
-from modeling_vaswani.toolkit.evaluation.translate import translate, translate_nbest
+from modeling_vaswani.toolkit.translation.terminology import phrase_ids
+from modeling_vaswani.toolkit.translation.translate import translate, translate_nbest
 
 LINES = ["A man rides a bike.", "Two dogs play in the snow.", "A girl sings."]
 FAST = {"max_new_tokens": 12, "progress": False}
@@ -60,7 +60,7 @@ PHRASES = st.lists(st.sampled_from(WORDS), min_size=1, max_size=3).map(" ".join)
 @given(constraints=st.lists(PHRASES, max_size=3), avoid=st.lists(PHRASES, min_size=1, max_size=3))
 def test_the_text_rule_refuses_exactly_what_generate_would_refuse(loaded, constraints, avoid):
     """Subwords too ("rad" in "Fahrrad", "nn" in "Mann"): refused where the ids of one are inside the other's."""
-    from modeling_vaswani.toolkit.evaluation.terminology import TermError, check_clashes
+    from modeling_vaswani.toolkit.translation.terminology import TermError, check_clashes
 
     model, tokenizer = loaded
     try:

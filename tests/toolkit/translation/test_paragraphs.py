@@ -7,8 +7,8 @@ from helpers.paragraphs import joined, paragraphs
 from helpers.training_setup import tiny_checkpoint
 
 from modeling_vaswani.toolkit.data.sentences import record_languages
-from modeling_vaswani.toolkit.evaluation.translate import InputError, translate, translate_nbest
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.translate import InputError, translate, translate_nbest
 
 FAST = {"max_new_tokens": 6, "progress": False}
 LONG = " ".join(["word"] * 80) + "."  # one sentence of more than 64 tokens

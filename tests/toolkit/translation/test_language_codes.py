@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from modeling_vaswani.toolkit.data import sentences as module
 from modeling_vaswani.toolkit.data.sentences import split_lines
-from modeling_vaswani.toolkit.evaluation.translate import source_language, translate
+from modeling_vaswani.toolkit.translation.translate import source_language, translate
 
 TAGS = st.from_regex(r"[A-Za-z]{2,3}([-_][A-Za-z0-9]{1,8}){0,2}", fullmatch=True)
 NOT_TAGS = st.one_of(

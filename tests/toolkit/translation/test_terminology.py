@@ -11,9 +11,9 @@ import pytest
 from helpers.training_setup import TINY_PAIRS, trained_tiny_checkpoint
 
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
-from modeling_vaswani.toolkit.evaluation.terminology import Glossary
-from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.terminology import Glossary
+from modeling_vaswani.toolkit.translation.translate import InputError, translate
 
 FAST = {"max_new_tokens": 12, "progress": False}
 LINES = [source for source, _ in TINY_PAIRS]  # "A man rides a bike.", "Two dogs play in the snow.", "A girl sings."

@@ -14,7 +14,7 @@ from helpers.training_setup import REPO
 from transformers import AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.toolkit.evaluation.alignment import (
+from modeling_vaswani.toolkit.translation.alignment import (
     ALIGNMENT_AGGREGATION,
     ALIGNMENT_HEADS,
     ALIGNMENT_LAYER,
@@ -28,7 +28,7 @@ from modeling_vaswani.toolkit.evaluation.alignment import (
     word_alignments,
     word_scores,
 )
-from modeling_vaswani.toolkit.evaluation.translate import InputError
+from modeling_vaswani.toolkit.translation.translate import InputError
 
 # ---- (a) the forced pass is the attention the search saw -----------------------------------------------------------
 

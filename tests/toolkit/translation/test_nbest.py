@@ -8,8 +8,8 @@ from helpers.tiny_models import EOS, padded_batch
 from helpers.training_setup import tiny_checkpoint
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
-from modeling_vaswani.toolkit.evaluation.translate import pytorch_nbest, translate, translate_nbest
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.translate import pytorch_nbest, translate, translate_nbest
 
 ALPHA = 0.6
 LENGTHS = [7, 5, 9, 3, 12, 6]

@@ -8,9 +8,9 @@ from helpers.training_setup import trained_tiny_checkpoint
 from transformers import AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.toolkit.evaluation import documents
-from modeling_vaswani.toolkit.evaluation.documents import translate_markup
-from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
+from modeling_vaswani.toolkit.translation import documents
+from modeling_vaswani.toolkit.translation.documents import translate_markup
+from modeling_vaswani.toolkit.translation.translate import InputError, translate
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import torch
 from helpers.training_setup import run_command, tiny_checkpoint
 
 from modeling_vaswani.toolkit.cli import score as score_command
-from modeling_vaswani.toolkit.evaluation.scoring import SentenceScore, perplexity, score
-from modeling_vaswani.toolkit.evaluation.translate import InputError
-from modeling_vaswani.toolkit.serving.engines import load_translator
+from modeling_vaswani.toolkit.translation.engines import load_translator
+from modeling_vaswani.toolkit.translation.scoring import SentenceScore, perplexity, score
+from modeling_vaswani.toolkit.translation.translate import InputError
 
 SOURCES = ["A man rides a bike.", "Two dogs play in the snow near a big red house.", "A girl.", "People walk."]
 TARGETS = ["Ein Mann fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen singt ein Lied im Park.", "Leute."]

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from modeling_vaswani.toolkit.evaluation.alignment import translate_aligned, word_alignments
-from modeling_vaswani.toolkit.evaluation.documents import translate_markup
-from modeling_vaswani.toolkit.evaluation.pipeline import SplittingTranslationPipeline
-from modeling_vaswani.toolkit.evaluation.scoring import score
-from modeling_vaswani.toolkit.evaluation.translate import translate, translate_nbest, translate_sentences
+from modeling_vaswani.toolkit.translation.alignment import translate_aligned, word_alignments
+from modeling_vaswani.toolkit.translation.documents import translate_markup
+from modeling_vaswani.toolkit.translation.pipeline import SplittingTranslationPipeline
+from modeling_vaswani.toolkit.translation.scoring import score
+from modeling_vaswani.toolkit.translation.translate import translate, translate_nbest, translate_sentences
 
 ANYTHING = st.one_of(
     st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8), st.binary(max_size=4),
@@ -114,7 +114,7 @@ def test_the_pipelines_arguments_are_refused_by_name(functions, argument, data):
 
 @given(name=st.from_regex(r"[a-z][a-z_]{2,12}", fullmatch=True))
 def test_an_argument_neither_the_pipeline_nor_generate_takes_is_refused_by_name(functions, name):
-    from modeling_vaswani.toolkit.evaluation.pipeline import generate_arguments
+    from modeling_vaswani.toolkit.translation.pipeline import generate_arguments
 
     known = {"split_sentences", "language", "alignments", "constraints", "avoid", "glossary", "batch_size"}
     if name in generate_arguments() or name in known or name.startswith(("num_workers", "_")):

@@ -9,7 +9,7 @@ import pytest
 from helpers.training_setup import command, run_command, tiny_checkpoint
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
-from modeling_vaswani.toolkit.evaluation.translate import InputError, translate
+from modeling_vaswani.toolkit.translation.translate import InputError, translate
 
 SENTENCES = [
     "A man rides a bike.",
