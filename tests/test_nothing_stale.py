@@ -54,6 +54,13 @@ PATH = re.compile(
 )
 TOP_PATH = re.compile(r"(?<![\w./*<{-])((?:" + "|".join(TOP_FOLDERS) + r")/[\w./-]*[\w/])(?![\w*<>{}-])")
 MODULE = re.compile(r"(?<![\w./-])(modeling_vaswani(?:\.\w+)+)")
+ROOMS = sorted(path.stem for path in (PACKAGE / "toolkit").glob("*.py")) + sorted(
+    path.parent.name for path in (PACKAGE / "toolkit").glob("*/__init__.py")
+)
+ROOMS.remove("__init__")
+# `serving.engines.load_translator`: a module named from its toolkit room, as the package's texts do; in backticks
+# and without a call only: bare outputs.logits is a variable's attribute, `translation.split()` a string's method
+ROOM_MODULE = re.compile(r"(?<=`)((?:" + "|".join(ROOMS) + r")(?:\.[a-z_]\w*)+)(?=`)")
 
 
 def repository_files() -> set[str]:
@@ -105,6 +112,11 @@ def stale_names(where: str, text: str, files: set[str]) -> list[str]:
         rest = PATH.sub(" ", line)
         names += [(match.group(1), path_exists) for match in TOP_PATH.finditer(rest)]
         names += [(match.group(1), lambda name, _: module_exists(name)) for match in MODULE.finditer(rest)]
+        rest = MODULE.sub(" ", rest)
+        names += [
+            (match.group(1), lambda name, _: module_exists("modeling_vaswani.toolkit." + name))
+            for match in ROOM_MODULE.finditer(rest)
+        ]
         for name, exists in names:
             name = name.removeprefix("./").rstrip("/")
             allowed = name in NOT_REPOSITORY_FILES or f"{where}: {name}" in NOT_REPOSITORY_FILES
@@ -138,7 +150,8 @@ def test_the_scan_sees_what_it_should():
         "see toolkit/training/budget.py, training/budget.py and modeling_vaswani/toolkit/ablation.py\n"
         "with push_to_hub.py; python -m modeling_vaswani.toolkit.cli.ablate; modeling_vaswani.toolkit.cli.nothing\n"
         "modeling_vaswani.toolkit.cli.arguments.finite_floats, modeling_vaswani.toolkit.cli.arguments.gone\n"
-        "docs/training.md docs/nowhere.md benchmarks/gpu/ configs/nothing https://x.org/a/b.py test_*.py"
+        "docs/training.md docs/nowhere.md benchmarks/gpu/ configs/nothing https://x.org/a/b.py test_*.py\n"
+        "`serving.engines.load_translator` `translation.split()` outputs.gone `texts.iter_text_lines`"
     )
     assert stale_names("t", text, files) == [
         "t:1: modeling_vaswani/toolkit/ablation.py",
@@ -147,6 +160,7 @@ def test_the_scan_sees_what_it_should():
         "t:3: modeling_vaswani.toolkit.cli.arguments.gone",
         "t:4: docs/nowhere.md",
         "t:4: configs/nothing",
+        "t:5: serving.engines.load_translator",
     ]
 
 

@@ -585,7 +585,7 @@ def _cut_short(path: Path, needed: int, size: int) -> CheckpointError:
 def load_model_and_tokenizer(name: str, revision: str | None = None, trust_remote_code: bool = False):
     """The PyTorch model and tokenizer of a Vaswani checkpoint folder or Hub id, a folder checked first by
     `validate_checkpoint` (config, tensors, tokenizer; a `revision` applies to Hub ids only). A CTranslate2 export
-    is refused here: the serving room runs those (`serving.engines.load_translator`)."""
+    is refused here: the translation room runs those (`translation.engines.load_translator`)."""
     folder = local_folder(name)
     if folder is not None and revision is not None:
         raise ValueError(f"--revision {revision} applies to Hub ids; {name} is a local folder")

@@ -1,6 +1,6 @@
 """Markup carried across translation: inline tags in a line of text (`<b>`, `<i>`, `<a href="...">`, `<br/>`, nested
 or side by side) and HTML documents. Parsing, repairing and serializing are lxml's (libxml2's HTML parser, chosen by
-measurement: docs/documents.md#markup); no model here (evaluation/documents.py translates).
+measurement: docs/documents.md#markup); no model here (translation/documents.py translates).
 
 The steps, for a text (`Document`):
 1. Parse (`parse`): a text starting with `<!DOCTYPE` or `<html` as a whole document, anything else as a fragment (a

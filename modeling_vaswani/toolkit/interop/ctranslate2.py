@@ -20,7 +20,7 @@ told, and why:
 The folder also holds the tokenizer and the generation settings (num_beams, length_penalty), so that it translates on
 its own: `CTranslate2Model(folder)` with `AutoTokenizer.from_pretrained(folder)`, as vaswani-translate loads it.
 
-How the exported folder is run and decoded: serving/ctranslate2.py.
+How the exported folder is run and decoded: translation/ctranslate2.py.
 
 CTranslate2 is an optional extra: importing this module without it raises an ImportError that says how to install it.
 """
@@ -37,7 +37,7 @@ from ..checkpoints import load_model_and_tokenizer
 from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, older_output, staged_folder
 
 # isort: off
-# serving.ctranslate2 first: its ImportError says how to install CTranslate2
+# translation.ctranslate2 first: its ImportError says how to install CTranslate2
 from ..translation.ctranslate2 import EXPORT_FILE
 from ctranslate2.converters import Converter
 from ctranslate2.specs import common_spec, transformer_spec
