@@ -1,8 +1,12 @@
 """A real tokenizer and a tiny model on a slice of the shipped Multi30k, for the training and Hub tests."""
 
+import atexit
+import functools
 import json
+import shutil
 import socket
 import sys
+import tempfile
 from pathlib import Path
 
 import torch
@@ -37,9 +41,34 @@ def run_command(module, argv, capsys) -> tuple[int, str, str]:
 TINY = {"d_model": 32, "d_ff": 64, "num_heads": 4, "encoder_layers": 2, "decoder_layers": 2}
 
 
+# The checkpoints below are built once per process for each set of arguments and copied to each caller, who may
+# change its copy: dozens of test modules ask for the same few. Building is deterministic (a fixed seed), so a rebuild
+# would give the same files; each copy also leaves torch's random state as building it left, as when every caller
+# built its own.
+BUILT = Path(tempfile.mkdtemp(prefix="vaswani-tests-built-"))
+atexit.register(shutil.rmtree, BUILT, ignore_errors=True)
+
+
+def copied(built: tuple[Path, torch.Tensor], folder: Path) -> Path:
+    source, random_state = built
+    shutil.copytree(source, folder, dirs_exist_ok=True)
+    torch.set_rng_state(random_state)
+    return folder
+
+
 def tiny_checkpoint(folder: Path, seed: int = 0, lines: int = 2000, languages=("en", "de")) -> Path:
     """A BPE tokenizer trained on the first `lines` Multi30k pairs and an untrained tiny model, saved together."""
-    folder.mkdir(parents=True, exist_ok=True)
+    return copied(built_tiny_checkpoint(seed, lines, tuple(languages)), folder)
+
+
+@functools.cache
+def built_tiny_checkpoint(seed: int, lines: int, languages: tuple[str, ...]) -> tuple[Path, torch.Tensor]:
+    folder = save_tiny_checkpoint(BUILT / f"tiny-{seed}-{lines}-{'-'.join(languages)}", seed, lines, languages)
+    return folder, torch.get_rng_state()
+
+
+def save_tiny_checkpoint(folder: Path, seed: int, lines: int, languages: tuple[str, ...]) -> Path:
+    folder.mkdir()
     texts = []
     for language, path in multi30k_files("train", languages=languages).items():
         text = folder / f"corpus.{language}"
@@ -66,7 +95,13 @@ TINY_PAIRS = [
 def trained_tiny_checkpoint(folder: Path, steps: int = 150, seed: int = 0) -> Path:
     """`tiny_checkpoint` trained on TINY_PAIRS until it translates them as written (a few seconds: Adam at 3e-3 on
     the one batch they make, not the paper's recipe)."""
-    tiny_checkpoint(folder, seed=seed)
+    return copied(built_trained_tiny_checkpoint(steps, seed), folder)
+
+
+@functools.cache
+def built_trained_tiny_checkpoint(steps: int, seed: int) -> tuple[Path, torch.Tensor]:
+    # Built afresh, not copied: training's dropout draws from the random state that seeding the model left.
+    folder = save_tiny_checkpoint(BUILT / f"trained-{steps}-{seed}", seed, 2000, ("en", "de"))
     model = VaswaniForConditionalGeneration.from_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     sources, targets = zip(*TINY_PAIRS, strict=True)
@@ -79,7 +114,7 @@ def trained_tiny_checkpoint(folder: Path, steps: int = 150, seed: int = 0) -> Pa
         optimizer.step()
         optimizer.zero_grad()
     model.save_pretrained(folder)
-    return folder
+    return folder, torch.get_rng_state()
 
 
 # A results.json as vaswani-train writes it, for a base model scored on the paper's test set.
