@@ -113,8 +113,9 @@ def listening_socket(host: str, port: int) -> socket.socket:
 @command("vaswani-serve", process_settings=False)
 def main(argv=None):
     arguments = parse_arguments(argv)
+    from ..serving.bounds import Limits
     from ..serving.gate import read_keys
-    from ..serving.server import Limits, create_app, serve  # needs the serve extra, and says so
+    from ..serving.server import create_app, serve  # needs the serve extra, and says so
 
     keys = read_keys(arguments.api_key, arguments.api_keys_file)
     if not keys and not arguments.allow_anonymous and not is_loopback(arguments.host):

@@ -1,1 +1,3 @@
-"""Running models for translation beyond PyTorch: a CTranslate2 export, and choosing the engine for a model name."""
+"""vaswani-serve: the HTTP API (`server`: routes, lifespan, error handlers, uvicorn) over the translation service
+(`service`: the checks, the batches, the answers), the gate before the API (`gate`), the bounds on a request
+(`bounds`), the bodies it accepts (`bodies`), the one model thread (`worker`) and the metrics (`metrics`)."""

@@ -254,21 +254,21 @@ def repeated_key(body: bytes) -> Refused | None:
     and so the API, would keep the last value and drop the first without a word. A body that is not JSON is left to
     the API's own refusal. The path is looked for only when there is one, and through objects only (no request
     holds an object in a list; a list of 300,000 would take seconds to walk): one in a list is named by its key."""
-    found = []
+    repeated = []  # the objects that name a key twice
 
     def keep_twice(pairs: list) -> dict:
         value = dict(pairs)
         if len(value) < len(pairs):
             seen, value = set(), Twice(value)
             value.key = next(key for key, _ in pairs if key in seen or seen.add(key))
-            found.append(value)
+            repeated.append(value)
         return value
 
     try:
         value = json.loads(body, object_pairs_hook=keep_twice)
     except (ValueError, RecursionError):
         return None
-    if not found:
+    if not repeated:
         return None
     waiting, where = [((), value)] if isinstance(value, dict) else [], None
     while waiting and where is None:
@@ -276,7 +276,7 @@ def repeated_key(body: bytes) -> Refused | None:
         if isinstance(value, Twice):
             where = ".".join((*path, value.key))
         waiting += [((*path, key), item) for key, item in value.items() if isinstance(item, dict)]
-    told = where or f"the key {found[0].key!r} of an object in a list"
+    told = where or f"the key {repeated[0].key!r} of an object in a list"
     return Refused(422, where or "body", f"{told} is given twice; expected each key of an object once")
 
 

@@ -12,9 +12,9 @@ requests or runs them on one thread of its own.
 import copy
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from transformers import MaxTimeCriteria
 
@@ -31,13 +31,26 @@ class Cancelled(Exception):
     """The request was dropped before its answer was ready (its client went away, or its time limit passed)."""
 
 
+class BatchKey(NamedTuple):
+    """What a job runs: `kind` ("translate", "score", "attention") on the served model named `model`, with `options`
+    (hashable: a translation's decoding options, None for the rest). Jobs of equal keys may share a batch, and only
+    translations do: a score's or an attention's batch is one request's."""
+
+    kind: str
+    model: str
+    options: Hashable = None
+
+    @property
+    def shares_batches(self) -> bool:
+        return self.kind == "translate"
+
+
 @dataclass(eq=False)
 class Job:
-    """One request's work: `items` (texts, or pairs) of one `key` (what it runs and with which options: only jobs of
-    equal keys share a batch; a key whose first element is not "translate" never shares). `done(outputs, error)` is
-    called once, on the worker's thread."""
+    """One request's work: `items` (sentences, pairs, texts) of one `key`. `done(outputs, error)` is called once, on
+    the worker's thread."""
 
-    key: tuple
+    key: BatchKey
     items: list
     done: Callable[[Any, BaseException | None], None]
     tokens: int = 0
@@ -67,18 +80,18 @@ class Stop:
 
 
 class Worker:
-    """The queue and the thread. `run(key, items, stop)` does a batch's work and returns one output per item; it is
-    called on the worker thread only."""
+    """The queue and the thread. `execute(key, items, stop)` does a batch's work and returns one output per item; it
+    is called on the worker thread only."""
 
     def __init__(
         self,
-        run: Callable[[tuple, list, Stop], list],
+        execute: Callable[[BatchKey, list, Stop], list],
         window: float,
         max_tokens: int,
         max_queue: int,
-        on_batch: Callable[[tuple, list[Job], float], None] = lambda key, jobs, seconds: None,
+        on_batch: Callable[[BatchKey, list[Job], float], None] = lambda key, jobs, seconds: None,
     ):
-        self.run, self.window, self.max_tokens, self.max_queue = run, window, max_tokens, max_queue
+        self.execute, self.window, self.max_tokens, self.max_queue = execute, window, max_tokens, max_queue
         self.on_batch = on_batch
         self.waiting: list[Job] = []
         self.running: list[Job] = []
@@ -87,7 +100,7 @@ class Worker:
         self.batch_seconds = 1.0  # a running mean, for Retry-After
         self.ready = threading.Condition()
         self.closed = False
-        self.thread = threading.Thread(target=self.work, daemon=True, name="vaswani-serve-worker")
+        self.thread = threading.Thread(target=self.execute_batches, daemon=True, name="vaswani-serve-worker")
         self.thread.start()
 
     def submit(self, job: Job) -> None:
@@ -142,7 +155,7 @@ class Worker:
                 return []
             lead = self.waiting[0]
             taken, budget = [lead], self.max_tokens - lead.tokens
-            if lead.key[0] == "translate":
+            if lead.key.shares_batches:
                 for job in self.waiting[1:]:
                     if job.key == lead.key and job.tokens <= budget:
                         taken.append(job)
@@ -153,14 +166,15 @@ class Worker:
             self.stop = Stop(max(job.deadline for job in taken) - now)
             return taken
 
-    def work(self) -> None:
+    def execute_batches(self) -> None:
+        """The thread's life: each batch taken and executed, its outputs handed to its jobs."""
         while True:
             taken = self.take()
             if not taken:
                 continue
             started = time.monotonic()
             try:
-                outputs = self.run(taken[0].key, [item for job in taken for item in job.items], self.stop)
+                outputs = self.execute(taken[0].key, [item for job in taken for item in job.items], self.stop)
                 error = Cancelled("the batch was stopped") if self.stop.stopped else None
             except BaseException as failure:  # handed to each request, which answers with it
                 outputs, error = None, failure

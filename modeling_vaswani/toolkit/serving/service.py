@@ -1,0 +1,499 @@
+"""vaswani-serve's translation service, apart from HTTP: the models served, each request's checks, the one worker
+thread that runs its batches, and each answer's content. The app (`server.py`) routes requests to it and shapes its
+refusals; tests build it without the app.
+
+What a request goes through here, each step in one place:
+1. on the event loop, cheap and before any tokenizing: the model named, `bounds.check_texts` (the count of texts,
+   their characters, lone surrogates) and `bounds.distinct` (a layer or head given twice);
+2. on checking threads with tokenizers of their own (`worker.Checker`): the texts split into sentences (unless
+   `split_sentences` is false), the checks that tokenize (lengths, prefixes, options, terms), and `bounds.within`,
+   the one bound on a request's work (its sentences once split, its tokens, its answer's estimated size);
+3. the work, on the one worker thread (`worker.Worker`: a bounded queue, batches, a time limit, dropped when the
+   client is gone), which alone runs the models and pads with their tokenizers. No request changes state another
+   reads.
+"""
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
+
+import torch
+from transformers import StoppingCriteriaList
+
+from ...search_vaswani import OUTPUT_MARGIN, max_output_length
+from ..data.markup import Document, write_documents
+from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
+from ..translation.alignment import line_alignments, word_alignments
+from ..translation.scoring import score
+from ..translation.terminology import Glossary, check_room, phrase_ids, sentence_terms
+from ..translation.translate import (
+    InputError,
+    check_nbest,
+    check_one_sentence_a_line,
+    check_sentences,
+    input_token_limit,
+    output_room,
+    prefix_ids,
+    sentence_name,
+    split_input,
+    split_prefixes,
+    translate,
+    translate_nbest,
+)
+from .bodies import AttentionRequest, ScoreRequest, TranslateRequest
+from .bounds import (
+    FLOAT_BYTES,
+    Limits,
+    attention_bytes,
+    check_texts,
+    distinct,
+    token_bytes,
+    translation_bytes,
+    within,
+)
+from .gate import Refused
+from .metrics import Metrics
+from .worker import BatchKey, Cancelled, Checker, Job, Overloaded, Stop, Worker
+
+ATTENTION_DIGITS = 6  # attention weights are sent rounded to 6 decimals (a 1e-6 step): 8-9 bytes a weight in JSON
+
+
+class TranslateOptions(NamedTuple):
+    """What a /translate request asks of the search, its batch key's options: only equal ones share a batch."""
+
+    num_beams: int | None
+    paper_decoding: bool
+    nbest: int | None
+    max_new_tokens: int | None
+    alignments: bool
+
+    @classmethod
+    def of(cls, request: TranslateRequest) -> "TranslateOptions":
+        return cls(*(getattr(request, name) for name in cls._fields))
+
+
+class Sentence(NamedTuple):
+    """One sentence of a /translate request, as the worker translates it: with its target prefix and its phrases to
+    hold (the glossary's target terms among them) and to avoid, None where it has none."""
+
+    text: str
+    prefix: str | None = None
+    constraints: list[str] | None = None
+    avoid: list[str] | None = None
+
+
+class Pair(NamedTuple):
+    """One pair of a /score request."""
+
+    source: str
+    target: str
+
+
+class AttentionText(NamedTuple):
+    """An /attention request's text, with the layers and heads to show (None: all)."""
+
+    text: str
+    layers: list[int] | None = None
+    heads: list[int] | None = None
+
+
+def never() -> Awaitable:
+    """A client that never goes away: the service used without HTTP."""
+    return asyncio.get_running_loop().create_future()
+
+
+class TranslationService:
+    """Translating, scoring and showing attention with `models` ({name: (model, tokenizer)}, loaded once; the first is
+    the default), within `limits` (default: vaswani-serve's). `languages` ({name: code or None}): each model's source
+    language, whose rules split texts into sentences (a model not named: the language its tokenizer records, else
+    sentencex's generic rules). Refusals are `gate.Refused`, naming the field. Its coroutines run on one event loop;
+    `close` ends its threads."""
+
+    def __init__(self, models: dict, limits: Limits | None = None, languages: dict | None = None):
+        limits = limits or Limits()
+        for model, _ in models.values():
+            input_token_limit(model, limits.max_input_tokens)  # refuses a limit beyond an export's position table
+        self.models, self.names, self.limits = models, list(models), limits
+        self.languages = languages or {}
+        self.metrics = Metrics()
+        self.per_token = {name: token_bytes(tokenizer) for name, (_, tokenizer) in models.items()}
+        self.checker = Checker({name: tokenizer for name, (_, tokenizer) in models.items()})
+        self.checking_threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="vaswani-serve-check")
+        self.worker = Worker(self.execute_batch, limits.window, limits.max_tokens, limits.max_queue, self.on_batch)
+        self.metrics.watch(self.worker.counts)
+
+    @property
+    def aligning(self) -> list[str]:
+        """The models whose attention answers alignments, markup and /attention: the PyTorch ones."""
+        return [name for name in self.names if isinstance(self.models[name][0], torch.nn.Module)]
+
+    def close(self, timeout: float) -> bool:
+        """Refuses new work and waits up to `timeout` seconds for the work accepted; whether all of it finished."""
+        finished = self.worker.close(timeout)
+        self.checking_threads.shutdown(wait=False, cancel_futures=True)
+        return finished
+
+    def model_named(self, name: str | None) -> tuple[str, object, object]:
+        """The served model named `name` (None: the first), with its tokenizer."""
+        name = self.names[0] if name is None else name
+        if name not in self.models:
+            raise Refused(404, "model", f"no model named {name!r}; expected one of {self.names}")
+        return name, *self.models[name]
+
+    async def on_checking_thread(self, check: Callable, *arguments):
+        """`check(*arguments)` on a checking thread: tokenizing stays off the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(self.checking_threads, check, *arguments)
+
+    # === /translate ==================================================================================================
+
+    async def translate(self, request: TranslateRequest, gone: Callable[[], Awaitable] = never) -> dict:
+        """The /translate answer: the texts' translations (a string or a list, as `text` was), with their alignments
+        where asked. `gone`: returns once the client has gone, whose work is then dropped."""
+        name, _, _ = self.model_named(request.model)
+        single = isinstance(request.text, str)
+        texts = [request.text] if single else request.text
+        prefixes = [request.target_prefix] if isinstance(request.target_prefix, str) else request.target_prefix
+        check_texts(texts, "text", self.limits)
+        if prefixes is not None:
+            check_texts(prefixes, "target_prefix", self.limits)
+        documents = labels = None
+        if request.format != "text":  # the documents' runs of text are translated, aligned where they hold tags
+            documents = await self.on_checking_thread(self.parse_documents, request, name, texts)
+            runs = [run for document in documents for run in document.runs]
+            labels = [f"text {number}" for number, document in enumerate(documents, 1) for _ in document.runs]
+            texts = [run.text for run in runs]
+            request = request.model_copy(update={"alignments": any(run.tags for run in runs)})
+        layout, sentences, prefixes, source_lengths = await self.on_checking_thread(
+            self.check_translation, request, name, texts, prefixes, labels
+        )  # fmt: skip
+        required, avoided = await self.on_checking_thread(
+            self.check_terms, request, name, layout, sentences, prefixes, source_lengths
+        )  # fmt: skip
+        none = [None] * len(sentences)
+        items = [
+            Sentence(*fields)
+            for fields in zip(sentences, prefixes or none, required or none, avoided or none, strict=True)
+        ]
+        key = BatchKey("translate", name, TranslateOptions.of(request))
+        outputs = await self.batch_outputs(key, items, sum(source_lengths), gone) if items else []  # only blank texts
+        pairs = None
+        if request.alignments:  # (translation, pairs) a sentence; pairs in each text's word positions
+            outputs, pairs = [text for text, _ in outputs], [links for _, links in outputs]
+            if layout is not None:
+                pairs = line_alignments(layout, outputs, pairs)
+        if layout is not None and request.nbest is not None:  # one sentence a text at most: its list, or none
+            outputs = [outputs[start] if layout.count(i) else [] for i, start in enumerate(layout.starts)]
+        elif layout is not None:
+            outputs = layout.join(outputs)
+        if documents is not None:
+            outputs = write_documents(documents, outputs, pairs or [[] for _ in outputs])
+            pairs = None  # they placed the tags; the request asked for none
+        answer = {"model": name, "translations": outputs[0] if single else outputs}
+        if pairs is not None:
+            answer["alignments"] = pairs[0] if single else pairs
+        return answer
+
+    def token_lengths(
+        self, name: str, texts: list[str], field_name: str, side: str = "source", limit: int | None = None, layout=None
+    ) -> list[int]:
+        """The texts' lengths in tokens, after the commands' checks (empty, longer than the input limit); `layout`:
+        the texts are the sentences of the request's texts, and errors name them by text and first words."""
+        model, _ = self.models[name]
+        limit = limit or input_token_limit(model, self.limits.max_input_tokens)
+        try:
+            return check_sentences(self.checker.tokenizer(name), texts, limit, side=side, layout=layout)
+        except InputError as refused:
+            raise Refused(422, field_name, str(refused)) from refused
+
+    def check_translation(self, request: TranslateRequest, name: str, texts, prefixes, labels=None):
+        """The sentences to translate (the texts, or with `split_sentences` the sentences they split into, with the
+        `Layout` that joins their translations back), their prefixes and lengths, after the translate command's
+        checks of the texts and options, each error naming its field (and a sentence, its text and first words);
+        what translate() and generate() check again is caught here, before the request joins a batch. `labels`: how
+        errors name each of `texts` where they are parts of the request's texts (a document's runs of text)."""
+        limits = self.limits
+        model, _ = self.models[name]
+        if request.alignments and not isinstance(model, torch.nn.Module):
+            raise Refused(
+                422, "alignments", f"{name} is a CTranslate2 export; alignments need a PyTorch model's attention "
+                "weights (serve the checkpoint it was exported from)",
+            )  # fmt: skip
+        if request.alignments and request.nbest is not None:
+            raise Refused(422, "alignments", "alignments are of each text's one translation; expected no nbest")
+        if prefixes is not None and len(prefixes) != len(texts):
+            raise Refused(
+                422, "target_prefix", f"{len(prefixes)} prefixes for {len(texts)} texts; expected one a text"
+            )
+        layout, sentences = None, texts
+        if request.split_sentences:
+            layout = split_input(
+                texts, self.checker.tokenizer(name), self.languages.get(name), unit="text", labels=labels
+            )  # fmt: skip
+            sentences = layout.sentences
+            within(limits, "text", sentences=len(sentences))  # before any tokenizing
+            try:
+                if request.nbest is not None:
+                    check_one_sentence_a_line(layout)
+            except InputError as refused:
+                raise Refused(422, "text", str(refused)) from refused
+            try:
+                prefixes = split_prefixes(layout, prefixes)
+            except InputError as refused:
+                raise Refused(422, "target_prefix", str(refused)) from refused
+        source_lengths = self.token_lengths(name, sentences, "text", layout=layout)
+        within(limits, "text", tokens=sum(source_lengths))
+        if source_lengths and max(source_lengths) > limits.max_tokens:
+            longest = max(range(len(source_lengths)), key=source_lengths.__getitem__) + 1
+            what = "a text" if layout is None else f"a sentence ({sentence_name(layout, longest)})"
+            raise Refused(
+                422, "text", f"{what} of {max(source_lengths)} tokens is more than the server's batch of "
+                f"{limits.max_tokens}",
+            )  # fmt: skip
+        longest = max_output_length(input_token_limit(model, limits.max_input_tokens))  # the longest text's
+        if request.max_new_tokens is not None and request.max_new_tokens > longest:
+            raise Refused(
+                422, "max_new_tokens", f"max_new_tokens {request.max_new_tokens} is more than {longest}, the input "
+                f"limit + {OUTPUT_MARGIN} of Section 6.1; expected at most {longest}",
+            )  # fmt: skip
+        answer = translation_bytes(
+            source_lengths, request.nbest, request.max_new_tokens, request.alignments, self.per_token[name]
+        )  # fmt: skip
+        within(limits, "nbest" if request.nbest else "text", answer_bytes=answer)
+        room_limits = {"max_new_tokens": request.max_new_tokens} if request.max_new_tokens else {}
+        try:
+            if request.nbest is not None:
+                check_nbest(model, request.nbest, request.num_beams)
+        except InputError as refused:
+            raise Refused(422, "nbest", str(refused)) from refused
+        try:
+            room = lambda: output_room(model, source_lengths, request.paper_decoding, room_limits)  # noqa: E731
+            prefix_ids(self.checker.tokenizer(name), prefixes, room, layout)
+        except InputError as refused:
+            raise Refused(422, "target_prefix", str(refused)) from refused
+        return layout, sentences, prefixes, source_lengths
+
+    def check_terms(self, request: TranslateRequest, name: str, layout, sentences, prefixes, source_lengths):
+        """Each sentence's phrases to hold and to avoid (`terminology.sentence_terms`), after refusing what cannot
+        be met, naming the field: a CTranslate2 model, constraints without the paper's decoding, a count other than
+        one list a text, constraints longer than their sentence's room."""
+        given = [(field, value) for field, value in (("constraints", request.constraints), ("avoid", request.avoid),
+                 ("glossary", request.glossary)) if value is not None]  # fmt: skip
+        if not given:
+            return None, None
+        field = given[0][0]
+        model, _ = self.models[name]
+        if not isinstance(model, torch.nn.Module):
+            raise Refused(
+                422, field, f"{name} is a CTranslate2 export, which has no lexical constraints: serve the checkpoint "
+                "it was exported from (the PyTorch engine)",
+            )  # fmt: skip
+        if request.constraints is not None and not request.paper_decoding:
+            raise Refused(422, "constraints", "constraints need the paper's decoding; expected paper_decoding true")
+        tokenizer = self.checker.tokenizer(name)
+        try:
+            glossary = Glossary.of(request.glossary) if request.glossary is not None else None
+            terms = (request.constraints, request.avoid, glossary)
+            required, avoided = sentence_terms(layout, sentences, *terms, tokenizer)
+            if required is not None:
+                room_limits = {"max_new_tokens": request.max_new_tokens}
+                room = output_room(model, source_lengths, request.paper_decoding, room_limits)
+                ids = phrase_ids(tokenizer, required)
+                prefix = prefix_ids(tokenizer, prefixes, lambda: room, layout)
+                check_room(ids, prefix, room, layout.name if layout is not None else lambda n: f"text {n}")
+        except (InputError, ValueError) as refused:  # a TermError names its field: a clash is avoid's
+            raise Refused(422, getattr(refused, "field", field), str(refused)) from refused
+        return required, avoided
+
+    def parse_documents(self, request: TranslateRequest, name: str, texts: list[str]) -> list[Document]:
+        """The texts parsed as documents of `request.format`, after refusing what markup cannot go with."""
+        if not isinstance(self.models[name][0], torch.nn.Module):
+            raise Refused(
+                422, "format", f"{name} is a CTranslate2 export; markup is placed by a PyTorch model's attention "
+                "weights (serve the checkpoint it was exported from, or format \"text\")",
+            )  # fmt: skip
+        clashing = [
+            field_name
+            for field_name, given in (
+                ("nbest", request.nbest is not None),
+                ("alignments", request.alignments),
+                ("target_prefix", request.target_prefix is not None),
+                ("split_sentences", not request.split_sentences),
+                *((term, True) for term in ("constraints", "avoid", "glossary") if getattr(request, term) is not None),
+            )
+            if given
+        ]
+        if clashing:
+            raise Refused(
+                422, "format", f"format {request.format!r} answers each text with its markup; expected no "
+                f"{' and no '.join(clashing)} (or format \"text\")",
+            )  # fmt: skip
+        documents = []
+        for number, text in enumerate(texts):
+            try:
+                documents.append(Document(text, request.format))
+            except ValueError as error:  # a character libxml2 cannot hold
+                raise Refused(422, "text", f"text {number + 1}: {error}") from error
+        return documents
+
+    def translate_batch(self, model, tokenizer, sentences: list[Sentence], options: TranslateOptions, stop: Stop):
+        """A batch of sentences translated as `options` ask, on the worker thread: one output a sentence (its
+        translation; with alignments, (translation, pairs); with nbest, its list of hypotheses)."""
+        texts = [sentence.text for sentence in sentences]
+        prefixes = None
+        if any(sentence.prefix is not None for sentence in sentences):
+            prefixes = [sentence.prefix or "" for sentence in sentences]
+        terms = {
+            field: [getattr(sentence, field) or [] for sentence in sentences]
+            for field in ("constraints", "avoid")
+            if any(getattr(sentence, field) for sentence in sentences)
+        }
+        # The items are sentences already (split, where the request asked, by its checks): each translated whole.
+        settings = {"paper_decoding": options.paper_decoding, "max_tokens": self.limits.max_tokens, "progress": False}
+        settings["split_sentences"] = False
+        asked = (("num_beams", options.num_beams), ("max_new_tokens", options.max_new_tokens))
+        settings |= {option: value for option, value in asked if value}
+        if isinstance(model, torch.nn.Module):  # CTranslate2 decodes a batch in one call, with no step to stop at
+            settings["stopping_criteria"] = StoppingCriteriaList([stop.criteria])
+        if options.nbest:
+            lists = translate_nbest(
+                model, tokenizer, texts, options.nbest, target_prefixes=prefixes, **terms, **settings
+            )
+            return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
+        translations = translate(model, tokenizer, texts, target_prefixes=prefixes, **terms, **settings)
+        if not options.alignments:
+            return translations
+        pairs = word_alignments(model, tokenizer, texts, translations, max_tokens=self.limits.max_tokens)
+        return list(zip(translations, pairs, strict=True))
+
+    # === /score ======================================================================================================
+
+    async def score(self, request: ScoreRequest, gone: Callable[[], Awaitable] = never) -> dict:
+        """The /score answer: each pair's total and mean log-probability, tokens and per-token log-probabilities."""
+        name, _, _ = self.model_named(request.model)
+        check_texts(request.source, "source", self.limits)
+        check_texts(request.target, "target", self.limits)
+        tokens = await self.on_checking_thread(self.check_score, name, request.source, request.target)
+        pairs = [Pair(*pair) for pair in zip(request.source, request.target, strict=True)]
+        scores = await self.batch_outputs(BatchKey("score", name), pairs, tokens, gone)
+        return {"model": name, "scores": scores}
+
+    def check_score(self, name: str, sources: list[str], targets: list[str]) -> int:
+        """The pairs' source tokens, after refusing pairs that are not one target a source, or too long."""
+        if len(sources) != len(targets):
+            raise Refused(422, "target", f"{len(targets)} targets for {len(sources)} sources; expected one each")
+        source_lengths = self.token_lengths(name, sources, "source")
+        target_lengths = self.token_lengths(name, targets, "target", side="target")
+        longest = max(s + t for s, t in zip(source_lengths, target_lengths, strict=True))
+        if longest > self.limits.max_tokens:
+            raise Refused(
+                422, "source", f"a pair of {longest} tokens is more than the server's batch of "
+                f"{self.limits.max_tokens}",
+            )  # fmt: skip
+        within(self.limits, "source", tokens=sum(source_lengths))
+        within(self.limits, "target", answer_bytes=sum((n + 4) * FLOAT_BYTES for n in target_lengths))
+        return sum(source_lengths)
+
+    def score_batch(self, model, tokenizer, pairs: list[Pair]) -> list[dict]:
+        sources, targets = zip(*pairs, strict=True)
+        scores = score(model, tokenizer, sources, targets, max_tokens=self.limits.max_tokens, progress=False)
+        return [{"total": s.total, "mean": s.mean, "tokens": s.tokens, "log_probs": s.log_probs} for s in scores]
+
+    # === /attention ==================================================================================================
+
+    async def attention(self, request: AttentionRequest, gone: Callable[[], Awaitable] = never) -> bytes:
+        """The /attention answer as JSON bytes: the text's and its translation's tokens, and each kind's weights of
+        the layers and heads asked."""
+        name, model, _ = self.model_named(request.model)
+        if not isinstance(model, torch.nn.Module):
+            raise Refused(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
+        check_texts([request.text], "text", self.limits)
+        distinct(request.layers, "layers")
+        distinct(request.heads, "heads")
+        tokens = await self.on_checking_thread(self.check_attention, name, model, request)
+        item = AttentionText(request.text, request.layers, request.heads)
+        (content,) = await self.batch_outputs(BatchKey("attention", name), [item], tokens, gone)
+        return content
+
+    def check_attention(self, name: str, model, request: AttentionRequest) -> int:
+        """The text's tokens, after refusing a text over --max_attention_tokens, layers or heads the model has not,
+        and an answer over --max_answer_bytes."""
+        limit = min(self.limits.max_attention_tokens, input_token_limit(model, self.limits.max_input_tokens))
+        (length,) = self.token_lengths(name, [request.text], "text", limit=limit)
+        config = model.config
+        for field_name, asked, count in (
+            ("layers", request.layers, min(config.encoder_layers, config.decoder_layers)),  # in each stack
+            ("heads", request.heads, config.num_heads),
+        ):
+            if asked is not None and max(asked) >= count:
+                raise Refused(422, field_name, f"{field_name} {asked}; the model has {count}, counted from 0")
+        answer = attention_bytes(config, length, request.layers, request.heads, self.per_token[name])
+        within(self.limits, "layers" if request.layers else "text", answer_bytes=answer)
+        return length
+
+    def attention_json(self, name: str, model, tokenizer, item: AttentionText) -> bytes:
+        """The /attention answer, as JSON bytes (built on the worker, not on the event loop)."""
+        outputs, source, target = attention_maps(model, tokenizer, item.text)
+        answer = {"model": name, "source_tokens": source, "target_tokens": target}
+        for kind, (field_name, _) in ATTENTION_KINDS.items():
+            maps = getattr(outputs, field_name)
+            kept = [maps[i][0] for i in (item.layers if item.layers is not None else range(len(maps)))]
+            answer[kind] = [
+                (layer if item.heads is None else layer[item.heads]).double().round(decimals=ATTENTION_DIGITS).tolist()
+                for layer in kept
+            ]
+        return json.dumps(answer).encode()
+
+    # === the worker ==================================================================================================
+
+    def execute_batch(self, key: BatchKey, items: list, stop: Stop) -> list:
+        """A batch's work, on the worker thread: one output per item."""
+        model, tokenizer = self.models[key.model]
+        if key.kind == "translate":
+            return self.translate_batch(model, tokenizer, items, key.options, stop)
+        if key.kind == "score":
+            return self.score_batch(model, tokenizer, items)
+        return [self.attention_json(key.model, model, tokenizer, item) for item in items]
+
+    def on_batch(self, key: BatchKey, jobs: list[Job], seconds: float) -> None:
+        self.metrics.batch(key.kind, sum(len(job.items) for job in jobs), sum(job.tokens for job in jobs), seconds)
+
+    async def batch_outputs(self, key: BatchKey, items: list, tokens: int, gone: Callable[[], Awaitable]) -> list:
+        """The outputs of `items`, worked on by the worker in a batch with whatever arrives with them; dropped when
+        the client goes away (`gone` returns), refused at the time limit or when the queue is full."""
+        loop = asyncio.get_running_loop()
+        answer = loop.create_future()
+
+        def done(outputs, failure):
+            def settle():
+                if not answer.done():
+                    answer.set_exception(failure) if failure else answer.set_result(outputs)
+
+            loop.call_soon_threadsafe(settle)
+
+        job = Job(key, items, done, tokens=tokens, deadline=loop.time() + self.limits.timeout_s)
+        try:
+            self.worker.submit(job)
+        except Overloaded as busy:
+            raise Refused(503, "server", str(busy), {"Retry-After": str(busy.retry_after)}) from busy
+        client_gone = asyncio.ensure_future(gone())
+        try:
+            finished, _ = await asyncio.wait(
+                {answer, client_gone}, timeout=job.deadline - loop.time(), return_when="FIRST_COMPLETED"
+            )
+        finally:
+            client_gone.cancel()
+        if answer in finished:
+            try:
+                return answer.result()
+            except ValueError as refused:  # the checks of translate() and generate(): the request's own fault
+                raise Refused(422, "body", str(refused)) from refused
+            except Cancelled:
+                pass  # the worker dropped it at the time limit
+        self.worker.cancel(job)
+        if client_gone in finished:
+            self.metrics.dropped.labels("client gone").inc()
+            raise Refused(499, "client", "the client went away; its work was dropped")
+        self.metrics.dropped.labels("time limit").inc()
+        raise Refused(504, "server", f"no answer within the time limit of {self.limits.timeout_s:g} s (--timeout_s)")
