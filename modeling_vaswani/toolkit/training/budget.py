@@ -12,7 +12,8 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -35,8 +36,9 @@ MARGIN = 0.92  # of the budget planned: a plan that filled it exactly would be c
 EVALUATION_SHARE = 0.1  # of the budget the evaluations during training may take: fewer than five where they need more
 
 
-def expected(steps: int) -> str:
-    """What a planned run of `steps` steps is expected to score, from the planned runs measured (PLANNED_RUNS)."""
+def describe_expected_score(steps: int) -> str:
+    """The sentence saying what a planned run of `steps` steps is expected to score, from the planned runs measured
+    (PLANNED_RUNS)."""
     measured = ", ".join(f"{runs:,} steps {bleu}" for runs, bleu in PLANNED_RUNS)
     below = [bleu for runs, bleu in PLANNED_RUNS if runs <= steps]
     above = [bleu for runs, bleu in PLANNED_RUNS if runs >= steps]
@@ -61,13 +63,25 @@ class Plan:
     warmup_steps: int
     save_steps: int
     eval_steps: int | None
-    bound: bool = True  # whether the budget set the steps (else the run's max_steps fit in it)
-    threads: tuple[int, float] | None = None  # (threads, seconds a step) of the count measured and not chosen
+    threads: int  # the thread count that trained faster: the job's process trains on it
+    fitted_to_budget: bool = True  # whether the budget set the steps (else the run's max_steps fit in it)
+    other_threads: tuple[int, float] | None = None  # (threads, seconds a step) of the count measured and not chosen
     main_job: bool = False  # whether the run is the one PLANNED_RUNS measured, whose scores it may then expect
     probe_steps: int = PROBE_STEPS  # the steps timed on each thread count
 
+    def applied_to(self, args):
+        """A copy of the training arguments `args` with the plan's steps, warmup, checkpoints and evaluations: what
+        the trainer that trains is built from, so that Equation 3's peak, the optimizer and the scheduler follow the
+        warmup and steps the plan ends with. `args` is left as given."""
+        planned = copy.copy(args)
+        planned.max_steps, planned.warmup_steps = self.max_steps, self.warmup_steps
+        planned.save_steps = self.save_steps
+        if self.eval_steps is not None:
+            planned.eval_steps = self.eval_steps
+        return planned
+
     def describe(self, minutes: float, average: int) -> str:
-        if not self.bound:
+        if not self.fitted_to_budget:
             return (
                 f"time budget {minutes:g} minutes: this machine trains {1 / self.seconds_per_step:.2f} steps/s, so "
                 f"the {self.max_steps:,} steps asked for fit in it; the run as it was set"
@@ -77,23 +91,23 @@ class Plan:
             evaluations += " (the measuring used its share of the budget before it could time one)"
         elif self.eval_steps is None and self.evaluation_seconds:
             evaluations += f" (one would take {self.evaluation_seconds:.0f} s, more than a tenth of the budget)"
-        threads = torch.get_num_threads()
+        threads = self.threads
         measured = f"{self.probe_steps} steps"
-        if self.threads is not None:
-            other, seconds = self.threads
+        if self.other_threads is not None:
+            other, seconds = self.other_threads
             measured += f" on each count; {other} thread{'s' * (other > 1)}: {1 / seconds:.2f} steps/s"
         return (
             f"time budget {minutes:g} minutes: this machine trains {1 / self.seconds_per_step:.2f} steps/s with "
             f"{threads} thread{'s' * (threads > 1)} (measured over {measured}; {self.probe_seconds:.0f} s in all), "
             f"so the plan is {self.max_steps:,} steps, warmup {self.warmup_steps}, a checkpoint every "
             f"{self.save_steps} steps and the last {average} averaged, {evaluations}."
-            + (f" {expected(self.max_steps)}" if self.main_job else "")
+            + (f" {describe_expected_score(self.max_steps)}" if self.main_job else "")
         )
 
     def shortfall(self) -> str | None:
         """The warning for a plan the budget cut too short to give a usable model, with what to do; None when it is
         not (a run asked for few steps, --max_steps, is no shortfall)."""
-        if self.max_steps >= USABLE_STEPS or not self.bound:
+        if self.max_steps >= USABLE_STEPS or not self.fitted_to_budget:
             return None
         needed = math.ceil(USABLE_STEPS * self.seconds_per_step / 60 * 1.1)
         return (
@@ -138,12 +152,24 @@ def cycled(dataloader):
             raise ValueError("the training data holds no batch; expected training examples")
 
 
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `count` while the block runs, and set back after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def choose_threads(
     seconds_per_step, has_time: Callable[[], bool] = lambda: True
-) -> tuple[float, tuple[int, float] | None]:
-    """Trains on torch's threads (one a core) or on one, whichever `seconds_per_step()` finds faster, and returns
-    (seconds a step, (the other count, its seconds a step) or None where there is one thread, or no time was left
-    (`has_time()`) to try it).
+) -> tuple[int, float, tuple[int, float] | None]:
+    """Times `seconds_per_step()` on torch's threads (one a core) and on one, and returns (the faster count, its
+    seconds a step, (the other count, its seconds a step) or None where there is one thread, or no time was left
+    (`has_time()`) to try it). torch's thread count is left as it was: the caller that owns the process applies the
+    choice.
 
     On a machine another job keeps busy, OpenMP threads that spin at every barrier waiting for a thread without a
     core turn a step several times slower: on 2 cores, the small preset's step took 0.52 s alone, 3.3 s beside a
@@ -151,21 +177,21 @@ def choose_threads(
     threads = torch.get_num_threads()
     measured = seconds_per_step()
     if threads == 1 or not has_time():
-        return measured, None
-    torch.set_num_threads(1)
-    alone = seconds_per_step()
+        return threads, measured, None
+    with torch_threads(1):
+        alone = seconds_per_step()
     if alone < measured:
-        return alone, (threads, measured)
-    torch.set_num_threads(threads)
-    return measured, (1, alone)
+        return 1, alone, (threads, measured)
+    return threads, measured, (1, alone)
 
 
 @dataclass
 class Measured:
-    """What `measure_machine` found: seconds a training step, seconds an evaluation (infinite where there was no time
-    left to time one), seconds the measuring took, the thread count not chosen and its seconds a step, and the steps
-    timed on each count."""
+    """What `measure_machine` found: the thread count that trained faster, seconds a training step on it, seconds an
+    evaluation (infinite where there was no time left to time one), seconds the measuring took, the thread count not
+    chosen and its seconds a step, and the steps timed on each count."""
 
+    threads: int
     step_seconds: float
     evaluation_seconds: float
     probe_seconds: float
@@ -175,8 +201,8 @@ class Measured:
 
 def measure_machine(trainer, validation_batches: int, limit_seconds: float = math.inf) -> Measured:
     """PROBE_STEPS steps of a copy of the model on the run's own batches (after PROBE_WARMUP untimed ones) on each
-    thread count `choose_threads` tries, which leaves torch on the faster, and one validation batch translated as the
-    evaluation does, times `validation_batches`; within `limit_seconds`, each thread count in its half: past it, no
+    thread count `choose_threads` tries, and one validation batch translated as the evaluation does, on the faster
+    count, times `validation_batches`; within `limit_seconds`, each thread count in its half: past it, no
     further step is taken once one warm-up and one timed step are done, and past the whole of it neither the second
     thread count nor the evaluation is tried. The run's model, optimizer and data order are untouched."""
     started = time.monotonic()
@@ -205,13 +231,16 @@ def measure_machine(trainer, validation_batches: int, limit_seconds: float = mat
 
     has_time = lambda: used() < limit_seconds  # noqa: E731
     if device.type == "cpu":
-        step_seconds, other = choose_threads(seconds_per_step, has_time)
+        threads, step_seconds, other = choose_threads(seconds_per_step, has_time)
     else:  # the threads feed an accelerator here, and their count is not what makes a step slow
-        step_seconds, other = seconds_per_step(), None
+        threads, step_seconds, other = torch.get_num_threads(), seconds_per_step(), None
     evaluation_seconds = 0.0
     if trainer.eval_dataset is not None and validation_batches:
-        evaluation_seconds = time_evaluation(trainer, model, device) * validation_batches if has_time() else math.inf
-    return Measured(step_seconds, evaluation_seconds, time.monotonic() - started, other, min(timed))
+        evaluation_seconds = math.inf  # unless there is time left to time one
+        if has_time():
+            with torch_threads(threads):
+                evaluation_seconds = time_evaluation(trainer, model, device) * validation_batches
+    return Measured(threads, step_seconds, evaluation_seconds, time.monotonic() - started, other, min(timed))
 
 
 def time_evaluation(trainer, model, device) -> float:
@@ -227,11 +256,13 @@ def time_evaluation(trainer, model, device) -> float:
 
 
 def plan_run(trainer, main_job: bool = False) -> Plan:
-    """Measures the machine within PROBE_SHARE of the budget and sets the trainer's max_steps, warmup_steps,
-    save_steps and eval_steps to the plan, logging it; warns loudly when the plan is too short for a usable model, and
-    refuses (ValueError) a budget the measuring leaves no training step of. The run's own settings (the preset's, or
-    the flags given) are the reference the plan scales down. `main_job`: the run is the one PLANNED_RUNS measured
-    (recipe.is_main_job), and the plan says what it is expected to score."""
+    """Measures the machine with `trainer` (its model copied, its batches) within PROBE_SHARE of the budget and fits
+    the schedule into it, logging the plan; warns loudly when the plan is too short for a usable model, and refuses
+    (ValueError) a budget the measuring leaves no training step of. The run's own settings (the preset's, or the flags
+    given) are the reference the plan scales down. Nothing of `trainer` or its arguments is changed: the plan is an
+    input of the trainer that trains (`Plan.applied_to` its arguments), and its thread count of the process.
+    `main_job`: the run is the one PLANNED_RUNS measured (recipe.is_main_job), and the plan says what it is expected
+    to score."""
     args = trainer.args
     eval_batch = args.per_device_eval_batch_size * max(1, args.world_size)
     samples = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
@@ -259,14 +290,11 @@ def plan_run(trainer, main_job: bool = False) -> Plan:
     }
     average = args.average_last_checkpoints or 1
     steps, warmup, save, eval_steps = fit_schedule(budget, seconds_per_step, evaluation_seconds, reference, average)
-    bound = steps < reference["max_steps"]
+    fitted = steps < reference["max_steps"]
     plan = Plan(
-        seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, bound,
+        seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, probe.threads, fitted,
         probe.other_threads, main_job, probe.probe_steps,
     )  # fmt: skip
-    args.max_steps, args.warmup_steps, args.save_steps = steps, warmup, save
-    if eval_steps is not None:
-        args.eval_steps = eval_steps
     logger.warning("plan: %s", plan.describe(args.max_train_minutes, average))
     if plan.shortfall():
         logger.warning("\n%s\nWARNING: %s\n%s", "!" * 80, plan.shortfall(), "!" * 80)

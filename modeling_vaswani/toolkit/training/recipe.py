@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import tokenizers
+import torch
 from datasets import DatasetDict, is_caching_enabled
 from datasets.fingerprint import Hasher, generate_fingerprint
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
@@ -484,17 +485,25 @@ def train_model(
     main job (`is_main_job`), whose time budget's plan may say what it is expected to score."""
     if model_args.length_penalty is not None:
         model.generation_config.length_penalty = model_args.length_penalty
-    trainer = VaswaniTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=validation,
-        processing_class=tokenizer,
-        compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
-    )
+
+    def trainer_of(args: VaswaniTrainingArguments) -> VaswaniTrainer:
+        return VaswaniTrainer(
+            model=model,
+            args=args,
+            train_dataset=train,
+            eval_dataset=validation,
+            processing_class=tokenizer,
+            compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
+        )
+
     planned = training_args.max_train_minutes and training_args.plan_time_budget
-    if planned and training_args.resume_from_checkpoint is None:
-        plan_run(trainer, main_job)  # the budget plans the schedule (a resumed run keeps the one it started with)
+    if planned and training_args.resume_from_checkpoint is None:  # a resumed run keeps the plan it started with
+        # Measured with a trainer of the arguments as given; the plan is then an input of the trainer that trains, so
+        # that Equation 3's peak, the optimizer and the scheduler are built from the warmup and steps it ends with.
+        plan = plan_run(trainer_of(training_args), main_job)
+        torch.set_num_threads(plan.threads)  # the job owns its process: it trains on the count measured faster
+        training_args = plan.applied_to(training_args)
+    trainer = trainer_of(training_args)
     output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_final_model(trainer, Path(training_args.output_dir))
     return trainer, output

@@ -3,13 +3,20 @@ what it tells a user, and a real run planned on this machine that ends where its
 it."""
 
 import logging
+import re
 
 import pytest
 import torch
 from helpers.training_setup import tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
-from modeling_vaswani.toolkit.training.budget import Plan, choose_threads, expected, fit_schedule, plan_run
+from modeling_vaswani.toolkit.training.budget import (
+    Plan,
+    choose_threads,
+    describe_expected_score,
+    fit_schedule,
+    plan_run,
+)
 from modeling_vaswani.toolkit.training.recipe import is_main_job, parse_arguments
 from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
@@ -46,7 +53,7 @@ def test_evaluations_that_would_take_more_than_a_tenth_of_the_budget_are_fewer_o
     # 200 s an evaluation, more than 162: none, and the whole budget trains: 0.92 x 1620 = 1490.4 steps; warmup 248;
     # checkpoints every int(0.3 x 1490 / 5) = 89; 1490 rounded down to 16 x 89 = 1424.
     assert fit_schedule(27 * 60, 1.0, 200.0, SMALL, 5) == (1424, 248, 89, None)
-    told = Plan(1.0, 200.0, 20.0, 1424, 248, 89, None).describe(27, 5)
+    told = Plan(1.0, 200.0, 20.0, 1424, 248, 89, None, 2).describe(27, 5)
     assert "no evaluation (one would take 200 s, more than a tenth of the budget)" in told
 
 
@@ -66,36 +73,52 @@ def test_a_busy_machine_trains_on_one_thread_where_that_is_faster(restore_thread
         asked.append(torch.get_num_threads())
         return 3.3 if torch.get_num_threads() > 1 else 0.89
 
-    assert choose_threads(seconds_per_step) == (0.89, (2, 3.3))
-    assert asked == [2, 1] and torch.get_num_threads() == 1
+    assert choose_threads(seconds_per_step) == (1, 0.89, (2, 3.3))
+    assert asked == [2, 1]
+
+
+def test_choosing_leaves_torchs_thread_count_as_it_was(restore_threads):
+    """The choice is returned, not applied: the caller that owns the process sets it (recipe.train_model)."""
+    torch.set_num_threads(2)
+    assert choose_threads(lambda: 3.3 if torch.get_num_threads() > 1 else 0.89)[0] == 1
+    assert torch.get_num_threads() == 2
+
+    def failing():  # a step that fails on the second count: the count is set back all the same
+        if torch.get_num_threads() == 1:
+            raise RuntimeError("out of memory")
+        return 1.0
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        choose_threads(failing)
+    assert torch.get_num_threads() == 2
 
 
 def test_a_quiet_machine_keeps_its_threads(restore_threads):
     torch.set_num_threads(2)
-    assert choose_threads(lambda: 0.52 if torch.get_num_threads() > 1 else 0.9) == (0.52, (1, 0.9))
+    assert choose_threads(lambda: 0.52 if torch.get_num_threads() > 1 else 0.9) == (2, 0.52, (1, 0.9))
     assert torch.get_num_threads() == 2
     torch.set_num_threads(1)  # one thread to begin with: nothing else to try
     asked = []
-    assert choose_threads(lambda: asked.append(1) or 0.9) == (0.9, None) and asked == [1]
+    assert choose_threads(lambda: asked.append(1) or 0.9) == (1, 0.9, None) and asked == [1]
 
 
 def test_the_plan_says_what_it_is_expected_to_score_from_the_runs_measured():
-    assert expected(2272).startswith("Expected: about 38.44 sacreBLEU on test2016")
-    assert expected(1000).startswith("Expected: below 37.7 sacreBLEU")  # 1,760 steps scored 37.70
-    assert expected(2000).startswith("Expected: between 37.16 and 38.44 sacreBLEU")
-    assert expected(3000).startswith("Expected: about 38.44 or more")
-    assert "1,760 steps 37.7, 1,776 steps 37.16, 2,272 steps 38.44" in expected(1000)
+    assert describe_expected_score(2272).startswith("Expected: about 38.44 sacreBLEU on test2016")
+    assert describe_expected_score(1000).startswith("Expected: below 37.7 sacreBLEU")  # 1,760 steps scored 37.70
+    assert describe_expected_score(2000).startswith("Expected: between 37.16 and 38.44 sacreBLEU")
+    assert describe_expected_score(3000).startswith("Expected: about 38.44 or more")
+    assert "1,760 steps 37.7, 1,776 steps 37.16, 2,272 steps 38.44" in describe_expected_score(1000)
 
 
 def test_a_plan_too_short_warns_and_says_what_to_do():
-    short = Plan(3.9, 30.0, 50.0, 340, 57, 20, 68)
+    short = Plan(3.9, 30.0, 50.0, 340, 57, 20, 68, 1)
     message = short.shortfall()
     assert "340 steps" in message and "1,200" in message
     assert "--max_train_minutes 86" in message  # 1,200 steps x 3.9 s / 60 x 1.1 = 85.8 minutes
     assert "--max_steps 2501 --max_train_minutes 0" in message
-    assert Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460).shortfall() is None
-    assert "2,304 steps" in Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460).describe(27, 5)
-    asked = Plan(0.6, 10.0, 8.0, 30, 5, 10, 15, bound=False)  # --max_steps 30, well within the budget
+    assert Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, 2).shortfall() is None
+    assert "2,304 steps" in Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, 2).describe(27, 5)
+    asked = Plan(0.6, 10.0, 8.0, 30, 5, 10, 15, 2, fitted_to_budget=False)  # --max_steps 30, well within the budget
     assert asked.shortfall() is None and "the 30 steps asked for fit" in asked.describe(27, 2)
 
 
@@ -116,7 +139,7 @@ def budgeted_trainer(checkpoint, output_dir, examples: int, **settings) -> Vaswa
 
 
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
-def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint, tmp_path, caplog):
+def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint, tmp_path, caplog, restore_threads):
     """18 seconds on this machine: the plan is made from measured steps, the run ends exactly at the planned step
     (the clock, a guard, does not cut it), the last checkpoint is that step, and the warmup, save and evaluation
     spacing are the plan's. The planned steps are few, so the warning is given, naming what to do."""
@@ -124,9 +147,15 @@ def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint,
         checkpoint, tmp_path, 400, max_train_minutes=0.3, max_steps=100_000, warmup_steps=400, save_steps=150,
         average_last_checkpoints=2,
     )  # fmt: skip
-    args = trainer.args
+    given = trainer.args.to_dict()
     with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.training.budget"):
         plan = plan_run(trainer)
+    assert trainer.args.to_dict() == given, "the plan is an input of the trainer that trains, not a change to this one"
+    args = plan.applied_to(trainer.args)
+    trainer = VaswaniTrainer(
+        model=trainer.model, args=args, processing_class=trainer.processing_class, train_dataset=trainer.train_dataset
+    )
+    torch.set_num_threads(plan.threads)  # as the job applies it
     assert plan.probe_seconds > 0 and plan.seconds_per_step > 0
     expected = max(1, int(0.92 * (18 - plan.probe_seconds) / plan.seconds_per_step))  # no evaluation in this run
     save = max(1, min(150, int(0.3 * expected / 2)))
@@ -144,7 +173,7 @@ def test_a_corpus_of_fewer_batches_than_the_probe_is_measured_all_the_same(check
     trainer = budgeted_trainer(checkpoint, tmp_path, 12, max_train_minutes=5, max_steps=10)
     assert len(trainer.get_train_dataloader()) < 15
     plan = plan_run(trainer)
-    assert plan.seconds_per_step > 0 and (plan.max_steps, plan.bound) == (10, False)
+    assert plan.seconds_per_step > 0 and (plan.max_steps, plan.fitted_to_budget) == (10, False)
 
 
 # --- issue 51, item 17: the measuring fits the budget; the expectation only for the main job ---
@@ -156,11 +185,13 @@ def test_the_measuring_takes_its_share_of_a_budget_shorter_than_a_whole_probe(ch
     timed step are done; past the third, neither a second thread count nor an evaluation is tried), so training gets
     the rest, not a plan of 1 step made after the budget was spent measuring (issue 51: --max_train_minutes 0.5, 80 s
     of measuring the main job's model)."""
-    # Measured whole first, which leaves torch on the faster thread count (restored after the test).
-    step = plan_run(budgeted_trainer(checkpoint, tmp_path, 400, max_train_minutes=60)).seconds_per_step
+    # Measured whole first, then on the faster thread count, as the job trains (restored after the test).
+    whole = plan_run(budgeted_trainer(checkpoint, tmp_path, 400, max_train_minutes=60))
+    torch.set_num_threads(whole.threads)
+    step = whole.seconds_per_step
     plan = plan_run(budgeted_trainer(checkpoint, tmp_path, 400, max_train_minutes=15 * step / 60, max_steps=10**5))
     assert plan.probe_steps < 12, "stopped measuring at its share"
-    assert plan.max_steps > 1 and plan.bound, plan
+    assert plan.max_steps > 1 and plan.fitted_to_budget, plan
 
 
 def test_a_budget_the_measuring_leaves_no_step_of_is_refused_naming_the_minimum(checkpoint, tmp_path, restore_threads):
@@ -178,9 +209,9 @@ def test_the_expected_score_is_said_of_the_main_job_alone(checkpoint, tmp_path, 
     assert "plan: time budget 0.2 minutes" in caplog.text and "sacreBLEU" not in caplog.text
     assert "the time budget is too short for a usable model" in caplog.text
     assert "this machine is too slow" not in caplog.text
-    told = Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, main_job=True).describe(27, 5)
+    told = Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, 2, main_job=True).describe(27, 5)
     assert "Expected: about 38.44 or more sacreBLEU on test2016" in told
-    assert "Expected" not in Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460).describe(27, 5)
+    assert "Expected" not in Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, 2).describe(27, 5)
 
 
 @pytest.mark.parametrize(
@@ -199,3 +230,30 @@ def test_the_expected_score_is_said_of_the_main_job_alone(checkpoint, tmp_path, 
 )
 def test_a_run_is_the_main_job_only_with_its_model_and_data(argv, main):
     assert is_main_job(*parse_arguments(argv)[:2]) is main
+
+
+# --- issue 53, item 5: the plan is an input of the schedule ---
+
+
+@pytest.mark.slow  # a real planned run of 12 s, on 2 busy cores (2026-11-27)
+def test_a_planned_run_peaks_at_equation_3s_rate_for_the_planned_warmup(checkpoint, tmp_path, caplog, restore_threads):
+    """A run given Equation 3's own peak (no --learning_rate) and a budget that shrinks its warmup of 4,000 steps
+    reaches d_model^-0.5 * W^-0.5 at step W, W the planned warmup: the peak is computed from the warmup the plan ends
+    with, not from the 4,000 the run was set with (a `base` run with --max_train_minutes peaked at 4,000's rate)."""
+    from modeling_vaswani.toolkit.training.recipe import ModelArguments, train_model
+
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+    args = VaswaniTrainingArguments(
+        output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200,
+        max_train_minutes=0.2, max_steps=100_000, warmup_steps=4000, save_steps=100_000, logging_steps=1,
+    )  # fmt: skip
+    with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.training.budget"):
+        trainer, _ = train_model(model, ModelArguments(), args, tokenizer, tokenized_slice(tokenizer, 400), None)
+    warmup = int(re.search(r"warmup (\d+),", caplog.text).group(1))
+    assert 1 < warmup < 4000 and trainer.state.global_step > warmup
+    # The Trainer logs after each update the rate of the next: the largest is the one of step W.
+    rates = [entry["learning_rate"] for entry in trainer.state.log_history if "learning_rate" in entry]
+    assert model.config.d_model == 32
+    assert max(rates) == pytest.approx(32**-0.5 * warmup**-0.5, rel=1e-6)
+    assert args.max_steps == 100_000 and args.warmup_steps == 4000, "the caller's arguments are left as given"
