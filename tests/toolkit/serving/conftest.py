@@ -1,6 +1,6 @@
 """The server the serving tests talk to: started for real on 127.0.0.1 (a free port) in its own process, once for the
-folder's tests, with a tiny model trained on helpers' TINY_PAIRS (the default) and, where CTranslate2 is installed,
-its export."""
+folder's tests (a test of a startup, limit or access flag starts its own with `running_server`), with a tiny model
+trained on helpers' TINY_PAIRS (the default) and, where CTranslate2 is installed, its export."""
 
 import subprocess
 import time
@@ -65,8 +65,14 @@ def running_server(arguments: list[str], log: Path, timeout: float = 120):
 
 
 @pytest.fixture(scope="package")
-def server(checkpoint, exported, tmp_path_factory):
+def served(checkpoint, exported, tmp_path_factory):
+    """The folder's one shared server: (its URL, its log). A test of a startup, limit or access flag starts its own."""
     models = [str(checkpoint)] + ([str(exported)] if exported else [])
     log = tmp_path_factory.mktemp("server") / "server.log"
     with running_server([*models, "--max_input_tokens", str(MAX_INPUT_TOKENS)], log) as (url, _):
-        yield url
+        yield url, log
+
+
+@pytest.fixture(scope="package")
+def server(served):
+    return served[0]

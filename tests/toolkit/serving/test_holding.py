@@ -415,37 +415,52 @@ def test_unknown_paths_and_methods_get_the_error_shape(server):
 # === Operable ========================================================================================================
 
 
-@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
-def test_metrics_count_what_was_asked(checkpoint, tmp_path):
-    """A fresh server: the counts /metrics gives are those of the requests sent here."""
-    with running_server([str(checkpoint)], tmp_path / "log") as (url, _):
-        for _ in range(3):
-            assert call(f"{url}/translate", {"text": SENTENCES})[0] == 200
-        assert call(f"{url}/translate", {"text": "", "split_sentences": False})[0] == 422  # one sentence: refused
-        assert call(f"{url}/score", {"source": SENTENCES[:1], "target": ["Ein Mann."]})[0] == 200
-        _, _, text = call(f"{url}/metrics")
-        text = text.decode()
-    pattern = r'^vaswani_requests_total\{endpoint="([^"]+)",status="(\d+)"\} (\S+)$'
-    found = {(e, status): float(n) for e, status, n in re.findall(pattern, text, re.M) if e != "/health"}
+def scraped(url: str) -> dict[str, float]:
+    """/metrics as {sample with its labels: value}."""
+    _, _, text = call(f"{url}/metrics")
+    return {sample: float(value) for sample, value in re.findall(r"^(\S+) (\S+)$", text.decode(), re.M)}
+
+
+def test_metrics_count_what_was_asked(server, checkpoint):
+    """The counts /metrics gives grow by exactly the requests sent here (the shared server, idle: nothing else is)."""
+    wait_until_idle(server, 30)
+    before = scraped(server)
+    for _ in range(3):
+        assert call(f"{server}/translate", {"text": SENTENCES})[0] == 200
+    assert call(f"{server}/translate", {"text": "", "split_sentences": False})[0] == 422  # one sentence: refused
+    assert call(f"{server}/score", {"source": SENTENCES[:1], "target": ["Ein Mann."]})[0] == 200
+    after = scraped(server)
+    grown = {sample: after[sample] - before.get(sample, 0.0) for sample in after}
+    pattern = re.compile(r'vaswani_requests_total\{endpoint="([^"]+)",status="(\d+)"\}')
+    found = {
+        (match[1], match[2]): n
+        for sample, n in grown.items()
+        if (match := pattern.fullmatch(sample)) and n and match[1] not in ("/health", "/metrics")
+    }
     assert found == {("/translate", "200"): 3, ("/translate", "422"): 1, ("/score", "200"): 1}, found
-    assert re.search(r'^vaswani_request_seconds_count\{endpoint="/translate"\} 4\.0$', text, re.M)
-    batched = sum(float(v) for v in re.findall(r'^vaswani_batch_texts_sum\{kind="translate"\} (\S+)$', text, re.M))
-    assert batched == 9  # 3 requests of 3 texts
+    assert grown['vaswani_request_seconds_count{endpoint="/translate"}'] == 4
+    assert grown['vaswani_batch_texts_sum{kind="translate"}'] == 9  # 3 requests of 3 texts
     tokenizer = load_translator(str(checkpoint))[1]
     tokens = sum(len(ids) for ids in tokenizer(SENTENCES)["input_ids"]) * 3
-    assert re.search(rf'^vaswani_source_tokens_total\{{kind="translate"\}} {tokens}\.0$', text, re.M), tokens
-    assert re.search(r"^vaswani_queued_requests 0\.0$", text, re.M)
+    assert grown['vaswani_source_tokens_total{kind="translate"}'] == tokens
+    assert after["vaswani_queued_requests"] == 0
 
 
-@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
-def test_the_access_log_has_a_json_line_a_request(checkpoint, tmp_path):
-    log = tmp_path / "log"
-    with running_server([str(checkpoint)], log) as (url, _):
-        call(f"{url}/translate", {"text": SENTENCES[0]})
-        call(f"{url}/translate", {"text": 4})
-    lines = [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
-    posts = [(line["path"], line["status"]) for line in lines if line["method"] == "POST"]
-    assert posts == [("/translate", 200), ("/translate", 422)]
+def test_the_access_log_has_a_json_line_a_request(served):
+    url, log = served
+    start = log.stat().st_size  # the shared server's earlier lines: other tests'
+    call(f"{url}/translate", {"text": SENTENCES[0]})
+    call(f"{url}/translate", {"text": 4})
+    deadline = time.monotonic() + 10  # a line is written once its answer is sent
+
+    def posts() -> list[dict]:
+        lines = log.read_bytes()[start:].decode().splitlines()
+        return [json.loads(line) for line in lines if line.startswith("{") and '"POST"' in line]
+
+    while len(posts()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    lines = posts()
+    assert [(line["path"], line["status"]) for line in lines] == [("/translate", 200), ("/translate", 422)]
     assert {"time", "client", "key", "ms", "bytes_in", "bytes_out"} <= set(lines[-1])
 
 
