@@ -234,7 +234,8 @@ def test_alignments_follow_each_line_from_a_file_and_a_pipe(checkpoint, loaded, 
 def test_alignments_are_refused_before_any_work_where_they_cannot_be_made(checkpoint, source, tmp_path, capsys):
     argv = [checkpoint, "--input", source, "--alignments", "--nbest", 2]
     error = refused(translate_command.main, argv, capsys, one_line=False)  # argparse's usage, then the line
-    assert "--alignments aligns each line's one translation; drop --nbest or --alignments" in error
+    # Worded by the request's one check (translation/request.py), which names both flags as given.
+    assert "--alignments with --nbest 2; alignments are of each input's one translation: drop --nbest or" in error
     # An export (only its marker file: the refusal comes before anything is read or loaded) and the engine flag.
     export = tmp_path / "ct2"
     export.mkdir()

@@ -98,11 +98,12 @@ def test_terms_that_cannot_be_used_are_refused_before_any_model_loads(trained, f
             )
     argv = [trained, "--input", source, "--avoid", avoid, "--alignments"]
     error = refused(translate_command.main, argv, capsys, one_line=False)
-    assert "--avoid go(es) without --alignments; drop --alignments" in error
+    # Worded by the request's one check (translation/request.py), the same for every front end.
+    assert "--alignments with --avoid, one or the other; drop --alignments" in error
     for option, path in (("--constraints", constraints), ("--glossary", glossary)):
         argv = [trained, "--input", source, option, path, "--avoid", avoid, "--no_paper_decoding"]
         error = refused(translate_command.main, argv, capsys, one_line=False)
-        assert f"{option} need(s) the paper's decoding; drop --no_paper_decoding" in error
+        assert f"{option} need(s) the paper's decoding (its own beam search meets them); drop --no_paper_" in error
     error = refused(
         translate_command.main, [trained, "--input", source, "--glossary", glossary, "--format", "xml-inline"],
         capsys, one_line=False,

@@ -67,7 +67,8 @@ from ..outputs import atomic_text
 from ..texts import iter_arrived_lines, iter_text_lines, write_lines
 from ..translation.alignment import pharaoh, translate_aligned
 from ..translation.documents import translate_markup
-from ..translation.engines import load_ensemble, runs_on_ctranslate2
+from ..translation.engines import engine_for, load_ensemble
+from ..translation.request import Spelling, TranslationRequest
 from ..translation.terminology import Glossary, check_clashes, sentence_terms
 from ..translation.translate import (
     InputError,
@@ -146,71 +147,32 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     parser.add_argument("--max_new_tokens", type=positive_int, help="the output length limit (lowers the paper's)")
     add_model_arguments(parser)
     arguments = parser.parse_args(argv)
-    if len(arguments.model) > 1 and arguments.no_paper_decoding:
-        parser.error("an ensemble (several models) decodes with the paper's decoding; drop --no_paper_decoding")
-    if arguments.alignments and arguments.nbest:
-        parser.error("--alignments aligns each line's one translation; drop --nbest or --alignments")
-    terms = terminology_options(arguments)
-    if terms and arguments.alignments:
-        parser.error(f"{' and '.join(terms)} go(es) without --alignments; drop --alignments")
-    required = [option for option in terms if option != "--avoid"]  # phrases to avoid hold in both decodings
-    if required and arguments.no_paper_decoding:
-        parser.error(f"{' and '.join(required)} need(s) the paper's decoding; drop --no_paper_decoding")
     if arguments.source_lang is not None and arguments.no_split_sentences:
         parser.error("--source_lang chooses how lines are split into sentences; drop it or --no_split_sentences")
     arguments.source_lang = check_language(arguments.source_lang, "--source_lang")
     if arguments.format is None:
         html = (arguments.input or "").lower().endswith((".html", ".htm"))
         arguments.format = "html" if html else "text"
-    if arguments.format != "text":
-        clashing = [
-            flag
-            for flag, given in (
-                ("--nbest", arguments.nbest),
-                ("--alignments", arguments.alignments),
-                ("--target_prefix", arguments.target_prefix),
-                ("--no_split_sentences", arguments.no_split_sentences),
-                *((option, True) for option in terminology_options(arguments)),
-            )
-            if given
-        ]
-        if clashing:
-            parser.error(
-                f"--format {arguments.format} writes the translation with its markup, one way; drop "
-                f"{' and '.join(clashing)} or give --format text"
-            )
     return parser, arguments
 
 
-def attention_options(arguments: argparse.Namespace) -> list[str]:
-    """The options given that read the model's attention weights (word alignments), which a CTranslate2 export does
-    not give as the PyTorch model does: one layer's attention, fixed at export, or none."""
-    wanted = ["--alignments"] if arguments.alignments else []
-    return wanted + ([f"--format {arguments.format}"] if arguments.format != "text" else [])
+# The request's fields as the command's flags name them (translation/request.py's refusals).
+FLAGS = Spelling(flags=True, names={"language": "source_lang", "target_prefixes": "target_prefix"})
 
 
-def terminology_options(arguments: argparse.Namespace) -> list[str]:
-    """The terminology options given (evaluation/terminology.py): the paper's search meets them; CTranslate2 has no
-    lexical constraints."""
-    return [f"--{name}" for name in ("constraints", "avoid", "glossary") if getattr(arguments, name) is not None]
-
-
-def check_engine_serves(arguments: argparse.Namespace) -> None:
-    """Refuses, before any work, options the first model's engine cannot serve, naming them and the way that can."""
-    if not runs_on_ctranslate2(local_folder(arguments.model[0]), arguments.engine):
-        return
-    exported = f"{arguments.model[0]} runs on CTranslate2"
-    if wanted := attention_options(arguments):
-        instead = " (or --format text)" if arguments.format != "text" else ""
-        raise ValueError(
-            f"{' and '.join(wanted)} need(s) the PyTorch model's attention weights (word alignments); {exported}, "
-            f"which does not give them: give the checkpoint it was exported from, on the PyTorch engine{instead}"
-        )
-    if wanted := terminology_options(arguments):
-        raise ValueError(
-            f"{' and '.join(wanted)} need(s) the paper's search with lexical constraints; {exported}, which has "
-            "none: give the checkpoint it was exported from, on the PyTorch engine"
-        )
+def command_request(arguments: argparse.Namespace) -> TranslationRequest:
+    """The request the flags make, checked before any text is read (`TranslationRequest.check`): the files of
+    phrases stand for their phrases (read with the input, where their line counts are known); the glossary is
+    read."""
+    glossary = None if arguments.glossary is None else Glossary.read(arguments.glossary)
+    return TranslationRequest(
+        num_beams=arguments.num_beams, paper_decoding=not arguments.no_paper_decoding, nbest=arguments.nbest,
+        max_new_tokens=arguments.max_new_tokens, target_prefixes=arguments.target_prefix,
+        constraints=arguments.constraints, avoid=arguments.avoid, glossary=glossary, alignments=arguments.alignments,
+        format=arguments.format, split_sentences=not arguments.no_split_sentences, language=arguments.source_lang,
+        models=len(arguments.model), batch_size=arguments.batch_size, max_tokens=arguments.max_tokens,
+        max_input_tokens=arguments.max_input_tokens,
+    )  # fmt: skip
 
 
 @command("vaswani-translate")
@@ -223,7 +185,8 @@ def main(argv=None):
             reads_stdin=arguments.input is None,
         )
     check_models(arguments.model, arguments.revision)  # a typo in the second model is not found after the first loads
-    check_engine_serves(arguments)
+    engine = engine_for(local_folder(arguments.model[0]), arguments.engine)
+    request = command_request(arguments).check(engine, model=arguments.model[0], spelling=FLAGS)
     per_line = (arguments.target_prefix, arguments.constraints, arguments.avoid)  # files read whole, line by line
     streaming = arguments.input is None and arguments.output is None and all(path is None for path in per_line)
     streaming = streaming and is_stream(0) and arguments.format != "html"  # a document is read whole
@@ -231,7 +194,7 @@ def main(argv=None):
     # terminal is read once the model is there: its lines may take their time to come).
     sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
     prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
-    terms = read_terms(arguments, None if sentences is None else len(sentences))
+    terms = read_terms(arguments, request.glossary, None if sentences is None else len(sentences))
     check_terms_first(arguments, sentences, terms)
     if sentences is not None and arguments.format != "text":  # markup.Document's rules, before the model loads
         check_markup_text("\n".join(sentences), arguments.input or "standard input")
@@ -289,7 +252,7 @@ def main(argv=None):
     if sentences is None:  # a pipe or a terminal, read whole
         sentences = read_input(None)
         check_prefix_count(arguments.target_prefix, prefixes, len(sentences))
-        terms = read_terms(arguments, len(sentences))
+        terms = read_terms(arguments, request.glossary, len(sentences))
     if arguments.format == "html":  # one document, its lines joined back as they were read
         sentences = ["\n".join(sentences)]
     try:
@@ -356,9 +319,10 @@ def read_prefixes(path: str | None, sentences: int | None) -> list[str] | None:
     return prefixes
 
 
-def read_terms(arguments: argparse.Namespace, sentences: int | None) -> dict:
+def read_terms(arguments: argparse.Namespace, glossary: Glossary | None, sentences: int | None) -> dict:
     """translate()'s terminology arguments from --constraints and --avoid (one line per input line, phrases
-    separated by tabs, fairseq's format) and --glossary; the line counts are checked where the input's is known."""
+    separated by tabs, fairseq's format) and the --glossary read; the line counts are checked where the input's is
+    known."""
     terms = {}
     for flag in ("constraints", "avoid"):
         path = getattr(arguments, flag)
@@ -370,8 +334,8 @@ def read_terms(arguments: argparse.Namespace, sentences: int | None) -> dict:
                     "line for none)"
                 )
             terms[flag] = [[phrase for phrase in line.split("\t") if phrase.strip()] for line in lines]
-    if arguments.glossary is not None:
-        terms["glossary"] = Glossary.read(arguments.glossary)
+    if glossary is not None:
+        terms["glossary"] = glossary
     return terms
 
 

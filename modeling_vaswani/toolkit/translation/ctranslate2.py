@@ -1,5 +1,5 @@
 """A folder written by vaswani-export-ctranslate2, run by CTranslate2 (https://opennmt.net/CTranslate2) behind the
-part of a model's interface that `evaluation.translate.translate` uses.
+part of a model's interface that `translation.translate.translate` uses.
 
 Decoding: CTranslate2's `length_penalty` is not GNMT's. Its beam search (decoding.cc, finalize_hypothesis_score)
 scores a finished hypothesis log P(Y|X) / |Y|^alpha, as transformers' stock beam search does, where Section 6.1
@@ -27,6 +27,8 @@ from ...guidance_vaswani import check_target_prefix
 from ...search_vaswani import gnmt_length_penalty, max_output_length
 from ..checkpoints import EXPORT_FILE as EXPORT_FILE  # the export's own file, named here for the export too
 from ..checkpoints import CheckpointError, Export, validate_export
+from .engines import CTranslate2
+from .request import TranslationRequest
 
 # CTranslate2's beam search ends once beam_size * patience hypotheses have finished, where Section 6.1's goes on while
 # a live beam could still win. Under the paper's decoding it collects twice the beam and all of them are re-ranked:
@@ -61,13 +63,14 @@ class CTranslate2Config:
 
 
 class CTranslate2Model:
-    """An exported folder behind the part of a model's interface that `evaluation.translate.translate` uses:
+    """An exported folder behind the part of a model's interface that `translation.translate.translate` uses:
     `generate` on a padded batch of token ids, with Section 6.1's decoding as far as CTranslate2 expresses it (see
     `generate`). The folder's files are checked first (`checkpoints.validate_export`, unless an `export` it gave is
     passed), so that a damaged one is named by its file before CTranslate2 reads it. It runs on token ids: the
-    tokenizer beside it is the caller's (`serving.engines.load_exported` checks and loads both)."""
+    tokenizer beside it is the caller's (`engines.load_exported` checks and loads both)."""
 
     device = torch.device("cpu")
+    engine = "ctranslate2"  # engines.CTranslate2 holds it
 
     def __init__(self, folder: str | Path, export: Export | None = None, **translator_options):
         folder = Path(folder)
@@ -143,7 +146,7 @@ class CTranslate2Model:
 
         Under `paper_decoding`: beam search with `num_beams` (the folder's, 4), at most (longest source of the batch
         + 50) tokens (CTranslate2 takes one limit per batch: a shorter sentence of the batch may decode a little past
-        its own source + 50; evaluation.translate.translate batches sentences of similar length), and the hypotheses
+        its own source + 50; translation.translate.translate batches sentences of similar length), and the hypotheses
         CTranslate2 returns (the first 2 x `num_beams` to finish: PAPER_PATIENCE) ranked by GNMT's penalty with the
         folder's alpha. Where ours differs: it decodes on until no live beam can still beat the finished ones, which
         CTranslate2 cannot express, so on rare sentences ours may find a better hypothesis that finishes later.
@@ -166,8 +169,8 @@ class CTranslate2Model:
             limit = stock_output_length(max_new_tokens, self.max_length)
         limit = min(limit, self.position_rows)  # CTranslate2 fails past the table
         beams = num_beams or self.num_beams
-        if nbest > beams:
-            raise ValueError(f"{nbest} hypotheses a sentence with num_beams={beams}; expected at most num_beams")
+        if nbest > 1:  # one hypothesis is a translation, whatever the search
+            TranslationRequest(nbest=nbest, num_beams=beams).check(CTranslate2)
         patience = PAPER_PATIENCE if paper_decoding else 1
         if target_prefix is not None:
             target_prefix = check_target_prefix(target_prefix, len(self.vocabulary), [limit] * len(sources))

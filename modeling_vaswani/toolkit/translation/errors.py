@@ -1,5 +1,6 @@
-"""The error of translating callers (evaluation/translate.py and what builds on it: terminology, documents, alignments,
-scoring), in a module of its own so that each can raise it without importing the others."""
+"""The errors of translating callers (translation/translate.py and what builds on it: terminology, documents,
+alignments, scoring, the request's check), in a module of its own so that each can raise them
+without importing the others."""
 
 import reprlib
 
@@ -23,6 +24,15 @@ class InputError(ValueError):
     def __init__(self, message: str, sentence: int | None = None):
         super().__init__(message)
         self.sentence = sentence
+
+
+class RequestError(InputError):
+    """A request refused by what it asks (`request.TranslationRequest.check`, terminology's checks), and `field`, the
+    public name of the option at fault, as the server's error answer names it."""
+
+    def __init__(self, message: str, field: str, sentence: int | None = None):
+        super().__init__(message, sentence)
+        self.field = field
 
 
 class ArgumentTypeError(TypeError, ValueError):

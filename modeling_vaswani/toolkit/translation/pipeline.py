@@ -87,12 +87,16 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         glossary=None,
         **kwargs,
     ):
-        from .arguments import check_arguments
+        from .engines import engine_of
+        from .request import Spelling, TranslationRequest
 
-        switch = {} if split_sentences is None else {"split_sentences": split_sentences}
-        given = check_arguments(**switch, language=language, alignments=alignments, glossary=glossary)
-        split = given.get("split_sentences", self.split_sentences)
-        language, glossary = given["language"], given["glossary"]
+        candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
+        request = TranslationRequest(
+            nbest=candidates if candidates > 1 else None, alignments=alignments, constraints=constraints, avoid=avoid,
+            glossary=glossary, language=language,
+            split_sentences=self.split_sentences if split_sentences is None else split_sentences,
+        ).check(engine_of(self.model), spelling=Spelling(names={"nbest": "num_return_sequences"}))
+        split, language, glossary = request.split_sentences, request.language, request.glossary
         if constraints is not None or avoid is not None or glossary is not None:
             return self.translate_terms(inputs, split, language, alignments, (constraints, avoid, glossary), kwargs)
         if alignments:
@@ -132,13 +136,11 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         return [answer[0] for answer in per_text] if candidates == 1 else per_text
 
     def translate_terms(self, inputs, split: bool, language, alignments, terms: tuple, kwargs: dict):
-        """A call with terminology (evaluation/terminology.py): `constraints` and `avoid`, one list of phrases a text
+        """A call with terminology (translation/terminology.py): `constraints` and `avoid`, one list of phrases a text
         (for one text, its list), `glossary`, a dict of source term to target term; each sentence's phrases reach
-        generate() with its row. Refused (ValueError) with alignments, several candidates, or a CTranslate2 model."""
+        generate() with its row. Refused (ValueError) with several candidates (the request's check, the rest)."""
         from .terminology import phrase_ids, sentence_terms
 
-        if alignments:
-            raise ValueError("alignments=True with constraints, avoid or a glossary; expected one or the other")
         if (kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1) > 1:
             raise ValueError("constraints, avoid or a glossary with num_return_sequences > 1; expected 1")
         single = isinstance(inputs, str)
@@ -161,17 +163,11 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         return answers[:1] if single else answers
 
     def check_alignments(self, alignments, inputs, split: bool, kwargs: dict) -> None:
-        """Refuses (ValueError), before any translating, what `alignments` cannot be given for: several candidates a
-        text, a model with no attention weights, and without splitting an input other than a str or a list (a
-        generator is read as it is translated, and its texts are needed to align)."""
+        """Refuses (ValueError), before any translating, what `alignments` cannot be given for (beyond the request's
+        check): a model whose attention kernel returns no weights, and without splitting an input other than a str
+        or a list (a generator is read as it is translated, and its texts are needed to align)."""
         from .alignment import check_alignable
 
-        candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
-        if candidates > 1:
-            raise ValueError(
-                f"alignments=True with num_return_sequences={candidates}; alignments are of each text's one "
-                "translation: expected num_return_sequences=1"
-            )
         if not split and not isinstance(inputs, (str, list)):
             raise ValueError(f"alignments=True on a {type(inputs).__name__} of texts; expected a str or a list of str")
         check_alignable(self.model)

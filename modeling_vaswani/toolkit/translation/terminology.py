@@ -1,7 +1,7 @@
 """Terminology: words a translation must use or must not, given as text. A phrase is tokenized the way it stands
 inside a sentence (this package's byte-level BPE gives every word its leading-space form, the first one of a sentence
-too), and becomes a lexical constraint of the paper's search (guidance_vaswani.LexicalConstraints: dynamic beam
-allocation) or a phrase it avoids (guidance_vaswani.AvoidPhrases).
+too), and becomes a lexical constraint of the paper's search (constraints_vaswani.DynamicBeamAllocation: dynamic
+beam allocation) or a phrase it avoids (guidance_vaswani.AvoidPhrases).
 
 - Constraints and phrases to avoid come one list a line. A line's phrases to avoid hold for each of its sentences;
   its constraints, for its one sentence (a line that splits into several is refused: which sentence should hold
@@ -17,10 +17,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...guidance_vaswani import overflows
+from ...constraints_vaswani import overflows
 from ..data.sentences import Layout
 from ..texts import iter_text_lines, tab_fields
-from .errors import InputError, shown
+from .errors import InputError, RequestError, shown
 
 WORD = re.compile(r"\w+")
 
@@ -110,13 +110,9 @@ class Glossary:
         return list(dict.fromkeys(target for _, target in sorted(found)))
 
 
-class TermError(InputError):
-    """A refused term, and `field`, the argument (or request field) that holds it: "constraints", "avoid" or
+class TermError(RequestError):
+    """A refused term; its `field` is the argument (or request field) that holds it: "constraints", "avoid" or
     "glossary"."""
-
-    def __init__(self, message: str, field: str, sentence: int | None = None):
-        super().__init__(message, sentence)
-        self.field = field
 
 
 def check_phrase_texts(value, name: str, inputs: int) -> list[list[str]]:

@@ -17,7 +17,9 @@ from ...search_vaswani import max_output_length
 from ..checkpoints import recorded_source_language
 from ..data.sentences import Layout, check_language, split_lines, tokenizer_language
 from .arguments import check_arguments
+from .engines import engine_of
 from .errors import InputError
+from .request import TranslationRequest
 from .terminology import Glossary, check_room, phrase_ids, sentence_terms
 
 
@@ -219,7 +221,7 @@ def decoding_batches(
     lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens, layout)
     room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
     prefixes = prefix_ids(tokenizer, target_prefixes, room, layout)
-    required, avoided = terms_ids(model, tokenizer, terms, prefixes, room, paper_decoding, layout)
+    required, avoided = terms_ids(tokenizer, terms, prefixes, room, layout)
     for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
         kwargs = dict(generate_kwargs)
         for name, rows in (("target_prefix", prefixes), ("constraints", required), ("avoid", avoided)):
@@ -228,26 +230,31 @@ def decoding_batches(
         yield indices, batch, kwargs
 
 
-def terms_ids(model, tokenizer, terms: tuple, prefixes, room: Callable, paper_decoding: bool, layout: Layout | None):
+def terms_ids(tokenizer, terms: tuple, prefixes, room: Callable, layout: Layout | None):
     """Each sentence's phrases to hold and to avoid (`terms`, from `terminology.sentence_terms`) as token ids, after
-    refusing (InputError) what cannot be met: phrases on a CTranslate2 export or, to hold, without the paper's
-    decoding, and constraints longer than a sentence's room (naming the sentence)."""
+    refusing (InputError) constraints longer than a sentence's room (naming the sentence). What the engine and the
+    decoding cannot meet was refused by the request's check."""
     required, avoided = terms
     if not any(rows for rows in (required, avoided) if rows is not None):
         return None, None
-    if not isinstance(model, torch.nn.Module):
-        raise InputError(
-            "constraints, phrases to avoid and glossaries need the PyTorch engine (CTranslate2 has no lexical "
-            "constraints): give the checkpoint the export was made from, with --engine pytorch"
-        )
-    if required is not None and any(required) and not paper_decoding:
-        raise InputError(
-            "constraints need the paper's decoding (its own beam search meets them): drop --no_paper_decoding"
-        )
     required, avoided = phrase_ids(tokenizer, required), phrase_ids(tokenizer, avoided)
     if required is not None:
         check_room(required, prefixes, room(), layout.name if layout is not None else lambda n: f"sentence {n}")
     return required, avoided
+
+
+def checked_request(model, generate_kwargs: dict, **options) -> TranslationRequest:
+    """The request of a call of `translate_sentences` or `translate_nbest` (`options`: their arguments, with
+    generate()'s beam count, length limit and ensemble from `generate_kwargs`), checked for `model`'s engine and
+    beam (`TranslationRequest.check`) before any work."""
+    request = TranslationRequest(
+        num_beams=generate_kwargs.get("num_beams"),
+        max_new_tokens=generate_kwargs.get("max_new_tokens"),
+        models=1 + len(generate_kwargs.get("ensemble") or ()),
+        **options,
+    )
+    beams = None if request.num_beams or request.nbest is None else model.generation_config.num_beams
+    return request.check(engine_of(model), beams)
 
 
 def source_language(name: str | None, tokenizer, language: str | None = None, revision: str | None = None):
@@ -323,7 +330,7 @@ def translate(
     and InputError.sentence is that line's place in `sentences`, counted from 1. `split_sentences=False` translates
     each input whole, as one sentence (an empty one is refused): for sentence-aligned text such as a test set.
 
-    Terminology (evaluation/terminology.py): `constraints`, phrases each input's translation must hold (one list an
+    Terminology (translation/terminology.py): `constraints`, phrases each input's translation must hold (one list an
     input); `avoid`, phrases it must not; `glossary`, target terms each sentence holding their source terms must use.
     """
     layout, _, translations = translate_sentences(
@@ -356,12 +363,13 @@ def translate_sentences(
     (None with `split_sentences=False`), the sentences translated (the layout's, else the inputs) and their
     translations, one a sentence. For callers that need each sentence's translation as well as the lines
     (`alignment.translate_aligned` aligns sentence by sentence)."""
-    given = check_arguments(
-        batch_size=batch_size, paper_decoding=paper_decoding, progress=progress, max_input_tokens=max_input_tokens,
-        max_tokens=max_tokens, split_sentences=split_sentences, language=language, first_line=first_line,
-        glossary=glossary,
+    given = checked_request(
+        model, generate_kwargs, texts=sentences, batch_size=batch_size, paper_decoding=paper_decoding,
+        progress=progress, max_input_tokens=max_input_tokens, max_tokens=max_tokens, target_prefixes=target_prefixes,
+        split_sentences=split_sentences, language=language, first_line=first_line, constraints=constraints,
+        avoid=avoid, glossary=glossary,
     )  # fmt: skip
-    language, glossary = given["language"], given["glossary"]
+    language, glossary = given.language, given.glossary
     layout = None
     if split_sentences:
         layout = split_input(sentences, tokenizer, language, first_line)
@@ -419,13 +427,13 @@ def translate_nbest(
     that splits into several sentences is refused (InputError naming it): the n best translations of a paragraph
     would be n combinations of its sentences' ones. Give `split_sentences=False` (--no_split_sentences) to have such
     a line translated whole, as one sentence. `constraints`, `avoid` and `glossary` as `translate` takes them."""
-    given = check_arguments(
-        nbest=nbest, batch_size=batch_size, paper_decoding=paper_decoding, progress=progress,
-        max_input_tokens=max_input_tokens, max_tokens=max_tokens, split_sentences=split_sentences, language=language,
-        first_line=first_line, glossary=glossary,
+    given = checked_request(
+        model, generate_kwargs, texts=sentences, nbest=nbest, batch_size=batch_size, paper_decoding=paper_decoding,
+        progress=progress, max_input_tokens=max_input_tokens, max_tokens=max_tokens, target_prefixes=target_prefixes,
+        split_sentences=split_sentences, language=language, first_line=first_line, constraints=constraints,
+        avoid=avoid, glossary=glossary,
     )  # fmt: skip
-    language, glossary = given["language"], given["glossary"]
-    check_nbest(model, nbest, generate_kwargs.get("num_beams"))
+    language, glossary = given.language, given.glossary
     layout = None
     if split_sentences:
         layout = split_input(sentences, tokenizer, language, first_line)
@@ -469,14 +477,9 @@ def check_one_sentence_a_line(layout: Layout) -> None:
 
 
 def check_nbest(model, nbest: int, num_beams: int | None) -> None:
-    """Refuses (InputError) an n-best list longer than the beam (`num_beams`, else the model's) that finds it."""
-    check_arguments(nbest=nbest)
-    beams = num_beams or model.generation_config.num_beams
-    if beams < 2 or nbest > beams:
-        raise InputError(
-            f"nbest={nbest} with num_beams={beams}; expected beam search (num_beams of at least 2) with at least "
-            "nbest beams: an n-best list holds the search's finished hypotheses"
-        )
+    """Refuses (a RequestError) an n-best list longer than the beam (`num_beams`, else the model's) that finds it:
+    the request's check (`TranslationRequest.check`) for a caller that has no request yet (vaswani-serve's)."""
+    TranslationRequest(nbest=nbest, num_beams=num_beams).check(engine_of(model), model.generation_config.num_beams)
 
 
 def pytorch_nbest(model, batch: dict, nbest: int, paper_decoding: bool, generate_kwargs: dict):

@@ -1,0 +1,237 @@
+"""One translation request, and its check: the one home of every refusal a translation can get by what it asks (an
+option of the wrong type, options that do not go together, what the engine cannot do, an n-best list longer than its
+beam). vaswani-translate, the library's functions and the pipeline build a `TranslationRequest` and call
+`check(engine)` before any work; each refusal is a `RequestError` naming its field as the front end names it
+(`Spelling`: the library's and the API's arguments, or a command's flags). What needs the text tokenized (a sentence
+over the input limit, a prefix or constraints leaving no room) is refused where it is tokenized, in translate.py and
+terminology.py, each once."""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+
+from .arguments import check_arguments, count, markup_format, optional_count
+from .engines import CAPABILITIES, Engine
+from .errors import RequestError, shown
+from .terminology import Glossary
+
+PHRASES = ("constraints", "avoid", "glossary")  # the terminology a search meets
+HELD = ("constraints", "glossary")  # phrases to hold: only the paper's beam search meets them
+
+
+@dataclass(frozen=True)
+class Spelling:
+    """How a front end names a request's fields in its refusals: the library's and the API's arguments
+    (`paper_decoding=False`, a remedy "expected paper_decoding=True"), or, with `flags`, a command's
+    (`--no_paper_decoding`, "drop --no_paper_decoding"). `names`: a field the front end calls otherwise (the command's
+    --source_lang is the request's `language`, the pipeline's num_return_sequences its `nbest`)."""
+
+    flags: bool = False
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def name(self, field_name: str) -> str:
+        name = self.names.get(field_name, field_name)
+        return f"--{name}" if self.flags else name
+
+    def given(self, field_name: str, value) -> str:
+        """The option as the caller gave it: `--nbest 3`, `--no_paper_decoding`, `--constraints`; `nbest=3`."""
+        name = self.name(field_name)
+        if not self.flags:
+            return name if field_name in PHRASES or field_name == "target_prefixes" else f"{name}={shown(value)}"
+        if value is False:  # a switch on by default: its --no_ flag
+            return f"--no_{name[2:]}"
+        return name if value is True or field_name in PHRASES or field_name == "target_prefixes" else f"{name} {value}"
+
+    def remedy(self, request: "TranslationRequest", names: Sequence[str], joiner: str = " or ") -> str:
+        """How to ask without `names`: "drop --nbest or --alignments or give --format text"; "expected nbest=None or
+        alignments=False, or format='text'". A switch or a list is dropped, a setting given its default."""
+        dropped = [name for name in names if DEFAULTS[name] in (None, False, True)]
+        reset = [name for name in names if name not in dropped]
+        if self.flags:
+            off = {name for name in dropped if getattr(request, name) is False}  # a switch's --no_ flag
+            flags = [self.given(name, False) if name in off else self.name(name) for name in dropped]
+            ways = [f"drop {joiner.join(flags)}"] if dropped else []
+            return " or ".join(ways + [f"give {self.given(name, DEFAULTS[name])}" for name in reset])
+        ways = [joiner.join(f"{self.name(name)}={DEFAULTS[name]!r}" for name in dropped)] if dropped else []
+        return "expected " + ", or ".join(ways + [f"{self.name(name)}={DEFAULTS[name]!r}" for name in reset])
+
+
+ARGUMENTS = Spelling()
+
+
+@dataclass(frozen=True)
+class TranslationRequest:
+    """What a translation asks: its texts (sentences, lines that may hold paragraphs, or documents) and every option
+    a translation takes, as `translate`, `translate_nbest`, `translate_aligned` and `translate_markup` take them.
+    `models`: how many decode it (more than one, an ensemble); `nbest`: an n-best list's length (None: one
+    translation); `format`: "text", or markup ("html", "xml-inline")."""
+
+    texts: Sequence[str] = ()
+    num_beams: int | None = None
+    paper_decoding: bool = True
+    nbest: int | None = None
+    max_new_tokens: int | None = None
+    target_prefixes: Sequence[str] | None = None
+    constraints: Sequence[Sequence[str]] | None = None
+    avoid: Sequence[Sequence[str]] | None = None
+    glossary: Glossary | dict | None = None
+    alignments: bool = False
+    format: str = "text"
+    split_sentences: bool = True
+    language: str | None = None
+    models: int = 1
+    batch_size: int | None = None
+    max_tokens: int | None = None
+    max_input_tokens: int | None = None
+    first_line: int = 1
+    progress: bool = True
+
+    def asks(self, field_name: str) -> bool:
+        """Whether the request asks for `field_name`'s option: a phrase list holding a phrase, a non-empty glossary,
+        a switch turned on, a value other than its default."""
+        value = getattr(self, field_name)
+        if field_name in ("constraints", "avoid"):
+            return value is not None and any(value)
+        if field_name == "glossary":
+            return value is not None and bool(value.terms if isinstance(value, Glossary) else value)
+        return value != DEFAULTS[field_name]
+
+    def check(
+        self,
+        engine: type[Engine],
+        beams: int | None = None,
+        model: str | None = None,
+        spelling: Spelling = ARGUMENTS,
+    ) -> "TranslationRequest":
+        """The request as it is to be run (a glossary dict as a `Glossary`, a language code stripped), after refusing
+        (`RequestError`, naming the field) what it cannot get on `engine`: an option of the wrong type or value
+        (`arguments.RULES`), options that do not go together, a capability the engine lacks (`Engine.can`), and an
+        n-best list longer than its beam (`num_beams`, else `beams`, the model's where known). `model` names the
+        model in refusals of the engine; `spelling`, the fields."""
+        checked = replace(self, **rule_checked(self, spelling))
+        for refuse in REFUSALS:
+            refuse(checked, engine, beams, model or "the model", spelling)
+        return checked
+
+
+DEFAULTS = {each.name: each.default for each in fields(TranslationRequest)}
+TYPED = {  # the fields with a type rule, and their rule where it is not arguments.RULES' of their name
+    "nbest": lambda name, value: None if value is None else count(name, value),
+    "num_beams": optional_count,
+    "max_new_tokens": optional_count,
+    "models": count,
+    "format": lambda name, value: value if value == "text" else markup_format(name, value),
+    **{name: None for name in ("paper_decoding", "split_sentences", "alignments", "progress", "language", "glossary",
+                                "batch_size", "max_tokens", "max_input_tokens", "first_line")},
+}  # fmt: skip
+
+
+def rule_checked(request: TranslationRequest, spelling: Spelling) -> dict:
+    """Each typed field's value as it is to be used, refused (naming it, with its `field`) where its rule does."""
+    values = {}
+    for name, rule in TYPED.items():
+        try:
+            value = getattr(request, name)
+            values[name] = rule(name, value) if rule else check_arguments(**{name: value})[name]
+        except ValueError as error:  # arguments' rules name the argument (a TypeError stays one); a command, its flag
+            if spelling.flags:
+                raise RequestError(str(error), name) from None
+            error.field = name
+            raise
+    return values
+
+
+def asked(request: TranslationRequest, names: Sequence[str], spelling: Spelling) -> list[str]:
+    return [spelling.given(name, getattr(request, name)) for name in names if request.asks(name)]
+
+
+def refuse_ensemble_without_the_paper(request, engine, beams, model, spelling) -> None:
+    if request.models > 1 and not request.paper_decoding:
+        raise RequestError(
+            "an ensemble (several models) decodes with the paper's decoding; "
+            + spelling.remedy(request, ["paper_decoding"]),
+            "paper_decoding",
+        )
+
+
+def refuse_alignments_with(request, engine, beams, model, spelling) -> None:
+    """Word alignments are of an input's one translation, decoded without terminology."""
+    if not request.alignments:
+        return
+    given = spelling.given("alignments", True)
+    if request.nbest is not None:
+        raise RequestError(
+            f"{given} with {spelling.given('nbest', request.nbest)}; alignments are of each input's one "
+            f"translation: {spelling.remedy(request, ['nbest', 'alignments'])}",
+            "alignments",
+        )
+    if terms := asked(request, PHRASES, spelling):
+        raise RequestError(
+            f"{given} with {' and '.join(terms)}, one or the other; {spelling.remedy(request, ['alignments'])}",
+            "alignments",
+        )
+
+
+def refuse_held_phrases_without_the_paper(request, engine, beams, model, spelling) -> None:
+    """Phrases to hold are met by the paper's beam search (dynamic beam allocation); phrases to avoid hold in both."""
+    held = [name for name in HELD if request.asks(name)]
+    if held and not request.paper_decoding:
+        raise RequestError(
+            f"{' and '.join(asked(request, held, spelling))} need(s) the paper's decoding (its own beam search meets "
+            f"them); {spelling.remedy(request, ['paper_decoding'])}",
+            held[0],
+        )
+
+
+def refuse_markup_with(request, engine, beams, model, spelling) -> None:
+    """A document is written back with its markup one way: one translation, split as the markup is."""
+    if request.format == "text":
+        return
+    clashing = [
+        name for name in ("nbest", "alignments", "target_prefixes", "split_sentences", *PHRASES) if request.asks(name)
+    ]
+    if clashing:
+        raise RequestError(
+            f"{spelling.given('format', request.format)} writes the translation with its markup, one way; "
+            + spelling.remedy(request, [*clashing, "format"], " and "),
+            "format",
+        )
+
+
+def refuse_what_the_engine_cannot(request, engine, beams, model, spelling) -> None:
+    """Each capability the request needs and `engine` lacks (`Engine.can`), named once here for every engine."""
+    for capability, names in (
+        ("attention", [name for name in ("alignments", "format") if request.asks(name)]),
+        ("constraints", [name for name in PHRASES if request.asks(name)]),
+        ("ensembles", ["models"] if request.models > 1 else []),
+    ):
+        if names and capability not in engine.can:
+            what = CAPABILITIES[capability]
+            instead = f": {engine.instead}" if engine.instead else ""
+            raise RequestError(
+                f"{' and '.join(spelling.given(name, getattr(request, name)) for name in names)} need(s) "
+                f"{what.need}; {model} runs on {engine.title}, which {what.lack}{instead} "
+                f"({spelling.remedy(request, names)})",
+                names[0],
+            )
+
+
+def refuse_nbest_past_the_beam(request, engine, beams, model, spelling) -> None:
+    """An n-best list holds the search's finished hypotheses: at most one a beam, of a beam search."""
+    beams = request.num_beams or beams
+    if request.nbest is not None and beams is not None and (beams < 2 or request.nbest > beams):
+        raise RequestError(
+            f"{spelling.given('nbest', request.nbest)} with {spelling.given('num_beams', beams)}; expected beam "
+            "search (num_beams of at least 2) with at least nbest beams: an n-best list holds the search's finished "
+            "hypotheses",
+            "nbest",
+        )
+
+
+REFUSALS = (
+    refuse_ensemble_without_the_paper,
+    refuse_alignments_with,
+    refuse_held_phrases_without_the_paper,
+    refuse_markup_with,
+    refuse_what_the_engine_cannot,
+    refuse_nbest_past_the_beam,
+)

@@ -1,0 +1,197 @@
+"""The request's check (translation/request.py): every refusal a translation can get by what it asks, each naming its
+field, in the library's spelling and in a command's; the engines asked what they can do; each refusal written once in
+the package; and, over combinations of options, a translation or a refusal naming a field, never a traceback."""
+
+import re
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import modeling_vaswani
+from modeling_vaswani.toolkit.translation.engines import ENGINES, CTranslate2, PyTorch, engine_for
+from modeling_vaswani.toolkit.translation.errors import InputError
+from modeling_vaswani.toolkit.translation.request import Spelling, TranslationRequest
+from modeling_vaswani.toolkit.translation.terminology import Glossary
+from modeling_vaswani.toolkit.translation.translate import translate, translate_nbest
+
+FLAGS = Spelling(flags=True, names={"language": "source_lang", "target_prefixes": "target_prefix"})
+FIELDS = {each.name for each in fields(TranslationRequest)}
+
+# (options, engine, field, the library's message, the command's message): each written out here, by hand.
+REFUSALS = [
+    (
+        {"constraints": [["Fahrrad"]], "paper_decoding": False}, PyTorch, "constraints",
+        "constraints need(s) the paper's decoding (its own beam search meets them); expected paper_decoding=True",
+        "--constraints need(s) the paper's decoding (its own beam search meets them); drop --no_paper_decoding",
+    ),
+    (
+        {"glossary": {"bike": "Fahrrad"}, "paper_decoding": False}, PyTorch, "glossary",
+        "glossary need(s) the paper's decoding", "--glossary need(s) the paper's decoding",
+    ),
+    (
+        {"avoid": [["Mann"]]}, CTranslate2, "avoid",
+        "avoid need(s) the paper's search with lexical constraints; m runs on CTranslate2, which has no lexical "
+        "constraints: give the checkpoint it was exported from, on the PyTorch engine",
+        "--avoid need(s) the paper's search with lexical constraints; m runs on CTranslate2",
+    ),
+    (
+        {"alignments": True}, CTranslate2, "alignments",
+        "alignments=True need(s) the PyTorch model's attention weights (word alignments); m runs on CTranslate2",
+        "--alignments need(s) the PyTorch model's attention weights (word alignments); m runs on CTranslate2",
+    ),
+    (
+        {"format": "html"}, CTranslate2, "format",
+        "format='html' need(s) the PyTorch model's attention weights",
+        "--format html need(s) the PyTorch model's attention weights",
+    ),
+    (
+        {"models": 2}, CTranslate2, "models",
+        "models=2 need(s) several models' predictions averaged at each step; m runs on CTranslate2, which decodes "
+        "one model at a time", "--models 2 need(s) several models' predictions",
+    ),
+    (
+        {"models": 3, "paper_decoding": False}, PyTorch, "paper_decoding",
+        "an ensemble (several models) decodes with the paper's decoding; expected paper_decoding=True",
+        "an ensemble (several models) decodes with the paper's decoding; drop --no_paper_decoding",
+    ),
+    (
+        {"alignments": True, "nbest": 3}, PyTorch, "alignments",
+        "alignments=True with nbest=3; alignments are of each input's one translation: expected nbest=None or "
+        "alignments=False",
+        "--alignments with --nbest 3; alignments are of each input's one translation: drop --nbest or --alignments",
+    ),
+    (
+        {"alignments": True, "avoid": [["x"]]}, PyTorch, "alignments",
+        "alignments=True with avoid, one or the other; expected alignments=False",
+        "--alignments with --avoid, one or the other; drop --alignments",
+    ),
+    (
+        {"format": "xml-inline", "nbest": 2, "split_sentences": False}, PyTorch, "format",
+        "format='xml-inline' writes the translation with its markup, one way; expected nbest=None and "
+        "split_sentences=True, or format='text'",
+        "--format xml-inline writes the translation with its markup, one way; drop --nbest and --no_split_sentences "
+        "or give --format text",
+    ),
+    (
+        {"nbest": 5, "num_beams": 4}, PyTorch, "nbest",
+        "nbest=5 with num_beams=4; expected beam search (num_beams of at least 2) with at least nbest beams",
+        "--nbest 5 with --num_beams 4; expected beam search",
+    ),
+    ({"nbest": 2, "num_beams": 1}, CTranslate2, "nbest", "nbest=2 with num_beams=1", "--nbest 2 with --num_beams 1"),
+    ({"nbest": 0}, PyTorch, "nbest", "nbest=0; expected an int of at least 1", "nbest=0; expected an int"),
+    ({"format": "pdf"}, PyTorch, "format", "unknown markup format 'pdf' for format", "unknown markup format 'pdf'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("options", "engine", "field", "library", "command"), REFUSALS)
+def test_each_refusal_names_its_field_in_the_front_ends_spelling(options, engine, field, library, command):
+    for spelling, message in ((Spelling(), library), (FLAGS, command)):
+        with pytest.raises(ValueError) as refused:
+            TranslationRequest(**options).check(engine, model="m", spelling=spelling)
+        assert refused.value.field == field
+        assert message in str(refused.value)
+
+
+def test_what_goes_is_given_back_as_it_is_to_be_run():
+    request = TranslationRequest(glossary={"Bike ": "Fahrrad"}, language=" de ", nbest=3, num_beams=4)
+    checked = request.check(PyTorch)
+    assert isinstance(checked.glossary, Glossary) and checked.glossary.terms == {"bike": "Fahrrad"}
+    assert (checked.language, checked.nbest) == ("de", 3)
+    # Empty lists of phrases ask for nothing: CTranslate2 translates them, as it did before the request.
+    assert TranslationRequest(constraints=[[], []], avoid=[[]], glossary={}).check(CTranslate2).avoid == [[]]
+    # The model's beam decides where the request names none; unknown before loading, nothing is refused.
+    assert TranslationRequest(nbest=4).check(PyTorch).nbest == 4
+    with pytest.raises(InputError, match="nbest=5 with num_beams=4"):
+        TranslationRequest(nbest=5).check(PyTorch, beams=4)
+
+
+def test_the_engines_declare_what_they_can_do_and_are_chosen_by_their_files(tmp_path):
+    assert set(ENGINES) == {"pytorch", "ctranslate2"} and PyTorch.can == {"constraints", "attention", "ensembles"}
+    assert CTranslate2.can == frozenset()
+    assert engine_for(None) is PyTorch and engine_for(tmp_path) is PyTorch
+    (tmp_path / "model.bin").write_bytes(b"")
+    (tmp_path / "config.json").write_text("{}")
+    assert engine_for(tmp_path) is CTranslate2 and engine_for(tmp_path, "pytorch") is PyTorch
+    with pytest.raises(ValueError, match="engine 'onnx' is unknown; expected one of pytorch, ctranslate2"):
+        engine_for(tmp_path, "onnx")
+
+
+# Each refusal's words, which only its one home may hold (serving/ adopts the request in issue 52's item 2, engineer
+# B: its own copies are left to that change, which removes this exclusion).
+ONE_HOME = {
+    "need(s) the paper's decoding": "translation/request.py",
+    "an ensemble (several models) decodes with": "translation/request.py",
+    "alignments are of each": "translation/request.py",
+    "writes the translation with its markup": "translation/request.py",
+    "an n-best list holds the search's": "translation/request.py",
+    "has no lexical constraints": "translation/engines.py",
+    "does not give them": "translation/engines.py",
+}
+
+
+def test_each_refusal_is_written_once_in_the_package():
+    package = Path(modeling_vaswani.__file__).parent
+    sources = {
+        path.relative_to(package).as_posix(): path.read_text(encoding="utf-8")
+        for path in package.rglob("*.py")
+        if "serving" not in path.parts
+    }
+    for words, home in ONE_HOME.items():
+        holders = {name: text.count(words) for name, text in sources.items() if words in text}
+        assert holders == {f"toolkit/{home}": 1}, (words, holders)
+
+
+OPTIONS = {
+    "num_beams": st.one_of(st.none(), st.integers(0, 5), st.just("4")),
+    "paper_decoding": st.one_of(st.booleans(), st.just("no")),
+    "nbest": st.one_of(st.none(), st.integers(0, 6)),
+    "max_new_tokens": st.one_of(st.none(), st.integers(1, 4)),
+    "target_prefixes": st.one_of(st.none(), st.just(["Ein"]), st.just("Ein")),
+    "constraints": st.one_of(st.none(), st.just([["Mann"]]), st.just([[]]), st.just("Mann")),
+    "avoid": st.one_of(st.none(), st.just([["Hund"]]), st.just([[" "]])),
+    "glossary": st.one_of(st.none(), st.just({"man": "Mann"}), st.just(["man"])),
+    "alignments": st.booleans(),
+    "format": st.sampled_from(["text", "html", "xml-inline", "pdf"]),
+    "split_sentences": st.booleans(),
+    "language": st.sampled_from([None, "en", "english"]),
+    "models": st.integers(0, 3),
+}
+
+
+@given(options=st.fixed_dictionaries({}, optional=OPTIONS), engine=st.sampled_from(list(ENGINES.values())))
+@settings(max_examples=600)
+def test_every_combination_is_checked_or_refused_naming_a_field(options, engine):
+    for spelling in (Spelling(), FLAGS):
+        try:
+            TranslationRequest(**options).check(engine, beams=4, spelling=spelling)
+        except ValueError as refused:
+            assert refused.field in FIELDS
+            # As the argument (a type rule: a command's parser types its flags before), else the flag, as given.
+            field = FLAGS.names.get(refused.field, refused.field) if spelling.flags else refused.field
+            assert re.search(rf"(--|--no_|\b)({refused.field}|{field})\b", str(refused)), str(refused)
+
+
+@pytest.mark.slow  # decodes up to 25 requests with a tiny model: over 5 s on 2 busy cores
+@given(
+    options=st.fixed_dictionaries(
+        {}, optional={k: OPTIONS[k] for k in OPTIONS if k not in ("format", "models", "alignments")}
+    )
+)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_every_combination_gets_a_translation_or_a_refusal_naming_a_field(loaded, options):
+    model, tokenizer = loaded
+    nbest = options.pop("nbest", None)
+    options = {"max_new_tokens": 4, **{k: v for k, v in options.items() if v is not None}, "progress": False}
+    try:
+        if nbest is None:
+            got = translate(model, tokenizer, ["A man rides."], **options)
+        else:
+            got = translate_nbest(model, tokenizer, ["A man rides."], nbest, **options)
+    except ValueError as refused:
+        field = getattr(refused, "field", None)
+        assert field in FIELDS or re.search(r"\b(num_beams|max_new_tokens|target_prefix|alignments)", str(refused))
+        return
+    assert len(got) == 1
