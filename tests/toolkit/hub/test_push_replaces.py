@@ -1,36 +1,31 @@
 """A push replaces the model (issue 41, part 2): whatever an earlier push left in the repository, from_pretrained on it
 loads the model pushed last, and the commit that pushed it deleted the earlier model's files in the same commit.
 
-Against the project's Hub server with the real clients, in subprocesses (they read HF_ENDPOINT at import).
+Against the project's Hub server with the real clients, in this process (the `hub` fixture points them at it).
 """
 
 import json
 
 import pytest
-from helpers.hub_server import Repo, run_client
+from helpers.hub_server import Repo
 from helpers.training_setup import RESULTS, tiny_checkpoint
+from huggingface_hub import CommitOperationAdd, HfApi
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.toolkit.hub.push import stale_files
+from modeling_vaswani.toolkit.hub.push import PushRaced, push_checkpoint, stale_files
 
-# Pushes each folder in turn to one repository (push_checkpoint, the function behind vaswani-push), then loads the
-# repository as a user would and reports the shared embedding matrix's first row and the repository's files.
-PUSH_THEN_LOAD = """
-import json, sys
-import modeling_vaswani
-from huggingface_hub import HfApi
-from transformers import AutoModelForSeq2SeqLM
-from modeling_vaswani.toolkit.hub.push import push_checkpoint
 
-repo, revision, folders = sys.argv[1], sys.argv[2] or None, json.loads(sys.argv[3])
-for folder in folders:
-    push_checkpoint(folder, repo, revision=revision)
-model = AutoModelForSeq2SeqLM.from_pretrained(repo, revision=revision)
-print(json.dumps({
-    "row": model.model.shared.weight[0, :4].tolist(),
-    "files": sorted(HfApi().list_repo_files(repo, revision=revision)),
-}))
-"""
+def push_then_load(repo_id: str, folders: list, revision: str | None = None) -> dict:
+    """Pushes each folder in turn to one repository (push_checkpoint, the function behind vaswani-push), then loads
+    the repository as a user would: the shared embedding matrix's first row and the repository's files."""
+    for folder in folders:
+        push_checkpoint(folder, repo_id, revision=revision)
+    model = AutoModelForSeq2SeqLM.from_pretrained(repo_id, revision=revision)
+    return {
+        "row": model.model.shared.weight[0, :4].tolist(),
+        "files": sorted(HfApi().list_repo_files(repo_id, revision=revision)),
+    }
 
 
 def first_row(folder) -> list[float]:
@@ -78,16 +73,16 @@ def weight_files(files: list[str]) -> list[str]:
 )
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
 def test_a_push_over_another_layout_loads_the_new_model_and_deletes_the_old_files_in_its_commit(
-    hub_server, hub_env, folders, order
-):
+    hub, folders, order
+):  # fmt: skip
     repo_id = "user/layout-" + "-".join(name.replace(" ", "") for name in order)
     first, second = (folders[name] for name in order)
     # The second model pushed twice: the repeat changes nothing, so makes no commit (and deletes nothing).
-    out = run_client(PUSH_THEN_LOAD, hub_env, repo_id, "", json.dumps([str(first), str(second), str(second)]))
+    out = push_then_load(repo_id, [first, second, second])
     assert out["row"] == pytest.approx(first_row(second), abs=0), "from_pretrained loaded another push's weights"
     assert weight_files(out["files"]) == sorted(weight_files([p.name for p in second.iterdir()]))
     old = set(weight_files([p.name for p in first.iterdir()])) - {p.name for p in second.iterdir()}
-    commits = [entry for entry in hub_server.commit_log if entry["repo_id"] == repo_id]
+    commits = [entry for entry in hub.commit_log if entry["repo_id"] == repo_id]
     assert len(commits) == 2, "one commit a push that changes something"
     last = commits[-1]
     assert sorted(last["deleted"]) == sorted(old) and old, "the old files go in the commit that adds the new ones"
@@ -98,73 +93,46 @@ def test_a_push_over_another_layout_loads_the_new_model_and_deletes_the_old_file
 
 # Another client's files in the repository first: an earlier model in other formats and a stale tokenizer file,
 # beside a user's own files, at the top level and in a subfolder; then the push.
-OTHERS_FIRST = """
-import json, sys
-from huggingface_hub import CommitOperationAdd, HfApi
-import modeling_vaswani
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
-from modeling_vaswani.toolkit.hub.push import push_checkpoint
-
-repo, folder = sys.argv[1], sys.argv[2]
-api = HfApi()
-api.create_repo(repo)
-names = ["pytorch_model.bin", "model.fp16.safetensors", "tf_model.h5", "added_tokens.json", "notes.md",
-         "images/curve.png", "last-checkpoint/model.safetensors"]
-contents = {"added_tokens.json": json.dumps({"<extra>": 400}).encode()}
-api.create_commit(repo, [CommitOperationAdd(n, contents.get(n, b"\\0" * 64)) for n in names], commit_message="others")
-push_checkpoint(folder, repo)
-print(json.dumps({
-    "files": sorted(api.list_repo_files(repo)),
-    "tokens": len(AutoTokenizer.from_pretrained(repo)),
-    "row": AutoModelForSeq2SeqLM.from_pretrained(repo).model.shared.weight[0, :4].tolist(),
-}))
-"""
+OTHERS = ["pytorch_model.bin", "model.fp16.safetensors", "tf_model.h5", "added_tokens.json", "notes.md",
+          "images/curve.png", "last-checkpoint/model.safetensors"]  # fmt: skip
 
 
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
-def test_a_push_deletes_every_stale_model_file_and_keeps_the_users_files(hub_server, hub_env, folders):
-    out = run_client(OTHERS_FIRST, hub_env, "user/others-first", folders["single"])
-    files = set(out["files"])
+def test_a_push_deletes_every_stale_model_file_and_keeps_the_users_files(hub, folders):
+    repo_id, api = "user/others-first", HfApi()
+    api.create_repo(repo_id)
+    contents = {"added_tokens.json": json.dumps({"<extra>": 400}).encode()}
+    others = [CommitOperationAdd(name, contents.get(name, b"\0" * 64)) for name in OTHERS]
+    api.create_commit(repo_id, others, commit_message="others")
+    push_checkpoint(folders["single"], repo_id)
+    files = set(api.list_repo_files(repo_id))
     assert not files & {"pytorch_model.bin", "model.fp16.safetensors", "tf_model.h5", "added_tokens.json"}, files
     assert {"notes.md", "images/curve.png", "last-checkpoint/model.safetensors", "model.safetensors"} <= files
-    assert out["tokens"] == 400, "a stale added_tokens.json would have grown the tokenizer"
-    assert out["row"] == pytest.approx(first_row(folders["single"]), abs=0)
+    assert len(AutoTokenizer.from_pretrained(repo_id)) == 400, "a stale added_tokens.json would have grown it"
+    row = AutoModelForSeq2SeqLM.from_pretrained(repo_id).model.shared.weight[0, :4].tolist()
+    assert row == pytest.approx(first_row(folders["single"]), abs=0)
 
 
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
-def test_a_branch_push_replaces_the_branchs_model_and_leaves_main(hub_server, hub_env, folders):
+def test_a_branch_push_replaces_the_branchs_model_and_leaves_main(hub, folders):
     repo_id = "user/layout-branch"
-    run_client(PUSH_THEN_LOAD, hub_env, repo_id, "", json.dumps([str(folders["single"])]))
-    out = run_client(PUSH_THEN_LOAD, hub_env, repo_id, "dev", json.dumps([str(folders["three shards"])]))
+    push_then_load(repo_id, [folders["single"]])
+    out = push_then_load(repo_id, [folders["three shards"]], revision="dev")
     assert out["row"] == pytest.approx(first_row(folders["three shards"]), abs=0)
     assert "model.safetensors" not in out["files"]
-    repo = Repo(hub_server.root, "model", repo_id)
-    assert "model.safetensors" in repo.commit(hub_server.head(repo_id))["tree"], "main keeps its model"
+    repo = Repo(hub.root, "model", repo_id)
+    assert "model.safetensors" in repo.commit(hub.head(repo_id))["tree"], "main keeps its model"
 
 
 # The repository changes between the push's look at it and its commit (another push, racing: the server lets another
 # client's commit land first): the commit names the state it computed its deletions on, and the Hub refuses it rather
 # than deleting from a state it never saw.
-RACED = """
-import json, sys
-from huggingface_hub import HfApi
-from modeling_vaswani.toolkit.hub.push import PushRaced, push_checkpoint
-
-repo, folder = sys.argv[1], sys.argv[2]
-try:
-    push_checkpoint(folder, repo)
-    print(json.dumps({"raced": None}))
-except PushRaced as error:
-    print(json.dumps({"raced": str(error), "files": sorted(HfApi().list_repo_files(repo))}))
-"""
-
-
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)
-def test_a_push_that_races_another_is_refused_and_changes_nothing(hub_server, hub_env, folders):
-    hub_server.overtake("user/layout-raced")
-    out = run_client(RACED, hub_env, "user/layout-raced", folders["single"])
-    assert "another push changed the repository" in out["raced"], out
-    assert out["files"] == [".gitattributes", "raced.txt"]
+def test_a_push_that_races_another_is_refused_and_changes_nothing(hub, folders):
+    hub.overtake("user/layout-raced")
+    with pytest.raises(PushRaced, match="another push changed the repository"):
+        push_checkpoint(folders["single"], "user/layout-raced")
+    assert sorted(HfApi().list_repo_files("user/layout-raced")) == [".gitattributes", "raced.txt"]
 
 
 def test_stale_files_are_the_top_level_model_files_the_push_lacks():
