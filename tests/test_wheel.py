@@ -36,6 +36,7 @@ PACKAGE_DATA = [
     f"{TOOLKIT}/hub/model_card.md",
     f"{TOOLKIT}/evaluation/bleu/bleu.py",
     f"{TOOLKIT}/serving/page.html",
+    f"{TOOLKIT}/training/measurements.json",
 ]
 # Not copied for the build: what a fresh clone has not (outputs of builds, tools and runs; see .gitignore).
 NOT_SOURCES = shutil.ignore_patterns(

@@ -115,7 +115,7 @@ def test_a_plan_too_short_warns_and_says_what_to_do():
     message = short.shortfall()
     assert "340 steps" in message and "1,200" in message
     assert "--max_train_minutes 86" in message  # 1,200 steps x 3.9 s / 60 x 1.1 = 85.8 minutes
-    assert "--max_steps 2501 --max_train_minutes 0" in message
+    assert "--max_steps 2684 --max_train_minutes 0" in message  # the step budget measured (measurements.json)
     assert Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, 2).shortfall() is None
     assert "2,304 steps" in Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, 2).describe(27, 5)
     asked = Plan(0.6, 10.0, 8.0, 30, 5, 10, 15, 2, fitted_to_budget=False)  # --max_steps 30, well within the budget
