@@ -533,7 +533,7 @@ def hidden(parent) -> list[str]:
 KILLED_AVERAGE = """
 import os, signal, sys
 from pathlib import Path
-import modeling_vaswani.toolkit.outputs as outputs
+import modeling_vaswani.toolkit.outputs.writers as outputs
 from modeling_vaswani.toolkit.training import averaging
 moment, output, *checkpoints = sys.argv[1:]
 def kill(*_):

@@ -1,6 +1,6 @@
 """Issue 41, part 1, replayed through the commands' `main(argv)`: outputs recognised by what they hold, devices and
 FIFOs never renamed over, a set of figures replaced as one, a model a killed run set aside restored for its reader,
-and a second writer of one output refused by name. The mechanisms are toolkit/outputs.py's (tests/toolkit/
+and a second writer of one output refused by name. The mechanisms are toolkit/outputs/'s (tests/toolkit/
 test_outputs.py); these are the cases a user meets."""
 
 import json
@@ -174,7 +174,7 @@ def test_attention_maps_are_replaced_as_one_set_never_a_mix(checkpoint, tmp_path
 KILLED_SWAP = textwrap.dedent(
     """
     import os, signal, sys
-    import modeling_vaswani.toolkit.outputs as outputs
+    import modeling_vaswani.toolkit.outputs.writers as outputs
     from modeling_vaswani.toolkit.cli import average
     rename = outputs.Path.rename
     def killed_after_setting_aside(self, target):  # the earlier model set aside, the new one not yet in place

@@ -1,4 +1,4 @@
-"""The one atomic writer (toolkit/outputs.py) on real disks: a full tmpfs, a read-only one, and a writer killed with
+"""The one atomic writer (toolkit/outputs/) on real disks: a full tmpfs, a read-only one, and a writer killed with
 SIGKILL in the middle of its work; outputs known by their marker, devices and FIFOs written in place, one writer per
 output, and what a killed run set aside restored for a reader."""
 
@@ -45,6 +45,7 @@ from modeling_vaswani.toolkit.outputs import (
     restore_set_aside,
     staged_folder,
     write_text,
+    writing,
 )
 
 OURS = Output("vaswani-test", "--output")
@@ -172,6 +173,42 @@ def test_a_set_of_files_on_a_disk_that_fills_midway_stays_the_earlier_set(tmp_pa
         assert contents(target) == before and leftovers(disk) == []
 
 
+def test_a_failure_names_the_file_the_writer_was_writing_not_the_last_one_on_disk(tmp_path):
+    """Two files into one staged folder, the second by a library that names no file and deletes what it could not
+    write (safetensors on a full disk): the file named is the one `writing` declares, not the first file, the last
+    one left on disk (which the guess by what is on disk named)."""
+    numpy = pytest.importorskip("numpy")
+    from safetensors.numpy import save_file
+
+    with small_disk(tmp_path / "disk", "256k") as disk:
+        target = disk / "model"
+        with pytest.raises(OSError) as raised, staged_folder(target, OURS) as staged:
+            for name, values in (("first.safetensors", 1_000), ("second.safetensors", 100_000)):
+                if name == "second.safetensors":
+                    fill(disk, leave_bytes=8192)
+                with writing(staged / name) as path:
+                    save_file({"weight": numpy.zeros(values, dtype=numpy.float32)}, str(path))
+        assert raised.value.errno == errno.ENOSPC
+        assert raised.value.filename == str(target / "second.safetensors")
+        assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+
+
+def test_each_of_two_outputs_written_at_once_names_its_own_failure(tmp_path):
+    """Two outputs written at once (a translation and its scores), the second failing: the failure names the second
+    output, whichever was opened last or written to last."""
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        first, second = disk / "out.de", disk / "out.scores"
+        with pytest.raises(OSError) as raised, atomic_text(first) as one, atomic_text(second) as two:
+            one.write("x" * 1000)
+            one.flush()
+            fill(disk, leave_bytes=0)
+            for _ in range(100):
+                two.write("y" * 1000 + "\n")
+                two.flush()
+        assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(second)
+        assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+
+
 KILLED_WRITER = textwrap.dedent(
     """
     import os, signal, sys
@@ -180,7 +217,7 @@ KILLED_WRITER = textwrap.dedent(
         (staged / "model.safetensors").write_bytes(b"half")
         if sys.argv[2] == "before-rename":
             os.kill(os.getpid(), signal.SIGKILL)
-        import modeling_vaswani.toolkit.outputs as outputs
+        import modeling_vaswani.toolkit.outputs.writers as outputs
         rename = outputs.Path.rename
         def killed_after_setting_aside(self, target):  # the earlier output set aside, the new one not yet in place
             rename(self, target)

@@ -18,7 +18,15 @@ from safetensors.torch import save_file
 from transformers.utils import SAFE_WEIGHTS_INDEX_NAME
 
 from ..checkpoints import check_same_tokenizer, is_vaswani_folder, open_weights, validate_checkpoint, weight_map
-from ..outputs import AVERAGED, check_not_input, check_output_folder, recover, restore_set_aside, staged_folder
+from ..outputs import (
+    AVERAGED,
+    check_not_input,
+    check_output_folder,
+    recover,
+    restore_set_aside,
+    staged_folder,
+    writing,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +130,8 @@ def _write_averaged_weights(checkpoints: list[Path], weight_maps: list[dict[str,
                 for key in keys
             }
             metadata = handle(file).metadata() or {}
-            save_file(tensors, destination / file.name, metadata={"format": "pt", **metadata})
+            with writing(destination / file.name) as path:  # safetensors deletes, unnamed, what it cannot write
+                save_file(tensors, path, metadata={"format": "pt", **metadata})
     if (checkpoints[-1] / SAFE_WEIGHTS_INDEX_NAME).is_file():
         shutil.copy2(checkpoints[-1] / SAFE_WEIGHTS_INDEX_NAME, destination / SAFE_WEIGHTS_INDEX_NAME)
 
