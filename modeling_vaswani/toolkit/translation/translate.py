@@ -427,6 +427,7 @@ def translate_nbest(
     that splits into several sentences is refused (InputError naming it): the n best translations of a paragraph
     would be n combinations of its sentences' ones. Give `split_sentences=False` (--no_split_sentences) to have such
     a line translated whole, as one sentence. `constraints`, `avoid` and `glossary` as `translate` takes them."""
+    check_arguments(nbest=nbest)  # the request's None (one translation) is no n-best list
     given = checked_request(
         model, generate_kwargs, texts=sentences, nbest=nbest, batch_size=batch_size, paper_decoding=paper_decoding,
         progress=progress, max_input_tokens=max_input_tokens, max_tokens=max_tokens, target_prefixes=target_prefixes,
