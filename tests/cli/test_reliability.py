@@ -700,7 +700,7 @@ def test_a_run_into_earlier_checkpoints_is_refused_unless_resumed_or_overwritten
     with pytest.raises(
         ValueError, match=r"holds checkpoints of an earlier run \(checkpoint-500\).*--overwrite_output_dir"
     ):
-        recipe.run(*recipe.parse_arguments(flags))
+        recipe.train_and_score(*recipe.parse_arguments(flags))
     assert earlier.is_dir()
     model_args, _, training_args = recipe.parse_arguments([*flags, "--overwrite_output_dir"])
     recipe.check_output_and_resume(model_args, training_args)
@@ -711,7 +711,7 @@ def test_a_missing_resume_target_is_refused_before_data_loading(no_data_loading,
     recipe = no_data_loading
     missing = tmp_path / "run" / "checkpoint-7"
     with pytest.raises(FileNotFoundError, match=r"checkpoint-7' is not a checkpoint: expected a checkpoint-N folder"):
-        recipe.run(
+        recipe.train_and_score(
             *recipe.parse_arguments(["--output_dir", str(tmp_path / "run"), "--resume_from_checkpoint", str(missing)])
         )
 
@@ -723,7 +723,7 @@ def test_resuming_another_model_size_names_the_differences(no_data_loading, tmp_
     with pytest.raises(
         ValueError, match=r"holds another model than --preset base builds: d_model=256 \(this run: 512\)"
     ):
-        recipe.run(*recipe.parse_arguments(flags))
+        recipe.train_and_score(*recipe.parse_arguments(flags))
 
 
 def test_training_text_holding_nul_is_refused_with_file_and_line(tmp_path):

@@ -14,7 +14,7 @@ them), except those that would not measure Table 3's columns (--model_name_or_pa
 import logging
 from pathlib import Path
 
-from ..training.ablation import parse_arguments, run
+from ..training.ablation import parse_arguments, train_and_score_lines
 from .arguments import finite_floats
 from .shell import command
 
@@ -23,7 +23,7 @@ from .shell import command
 def main(argv=None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     arguments = parse_arguments(argv, adapt=finite_floats)
-    run(*arguments)
+    train_and_score_lines(*arguments)
     output_dir = Path(arguments[-1].output_dir)
     print((output_dir / "ablation.md").read_text(encoding="utf-8"))
     print(f"written: {output_dir / 'ablation.md'}, {output_dir / 'ablation.png'} and a folder a row in {output_dir}")

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ..hub.push import account_repo_id, push_checkpoint
-from ..training.recipe import parse_arguments, run
+from ..training.recipe import parse_arguments, train_and_score
 from .arguments import finite_floats
 from .shell import command
 
@@ -31,7 +31,7 @@ def main(argv=None):
     training_args = arguments[-1]
     repo_id = hub_repo_id(training_args) if training_args.push_to_hub else None
     training_args.push_to_hub = False  # the Trainer pushes nothing: the final model is pushed below
-    results = run(*arguments)
+    results = train_and_score(*arguments)
     test = results.get("test")
     if test:
         print(f"sacreBLEU {test['sacrebleu']:.2f} ({test['signature']})")

@@ -348,7 +348,7 @@ def ablation_figure(results: list[dict], title: str) -> Figure:
     return figure
 
 
-def run(ablation_args, model_args, data_args, training_args) -> list[dict]:
+def train_and_score_lines(ablation_args, model_args, data_args, training_args) -> list[dict]:
     """Trains and scores every requested line; writes OUTPUT_DIR/ablation.md, ablation.png and ablation.json."""
     check_settings(model_args, training_args)
     if training_args.world_size > 1:

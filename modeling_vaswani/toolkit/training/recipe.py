@@ -356,7 +356,9 @@ def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
             check_torch_file(checkpoint / name)
 
 
-def run(model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments) -> dict:
+def train_and_score(
+    model_args: ModelArguments, data_args: DataArguments, training_args: VaswaniTrainingArguments
+) -> dict:
     """Trains, averages, translates the test split with the final model and scores it. Returns the results."""
     check_output_and_resume(model_args, training_args)
     check_max_length(data_args.max_length)

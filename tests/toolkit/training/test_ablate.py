@@ -192,7 +192,7 @@ def test_a_ratio_that_gives_no_whole_number_is_refused(monkeypatch):
 def test_refused_before_any_data_is_loaded(arguments, words, monkeypatch, tmp_path):
     monkeypatch.setattr(ablation, "load_data", lambda *_: pytest.fail("data loaded before the refusal"))
     with pytest.raises(ValueError) as error:
-        ablation.run(*ablation.parse_arguments([*arguments, "--output_dir", str(tmp_path)]))
+        ablation.train_and_score_lines(*ablation.parse_arguments([*arguments, "--output_dir", str(tmp_path)]))
     for word in words:
         assert word in str(error.value)
 
@@ -202,4 +202,6 @@ def test_data_without_a_dev_set_is_refused(tmp_path):
         (tmp_path / f"train.{language}").write_text("a b c\n")
     files = ["--train_source_file", str(tmp_path / "train.en"), "--train_target_file", str(tmp_path / "train.de")]
     with pytest.raises(ValueError, match="no 'validation' split to score.*Table 3 scores a dev set"):
-        ablation.run(*ablation.parse_arguments(["--rows", "base", "--output_dir", str(tmp_path / "run"), *files]))
+        ablation.train_and_score_lines(
+            *ablation.parse_arguments(["--rows", "base", "--output_dir", str(tmp_path / "run"), *files])
+        )

@@ -313,7 +313,7 @@ def test_an_example_over_the_token_budget_is_refused_by_its_line_before_the_mode
     common = ["--tokenizer_name_or_path", str(checkpoint), "--max_tokens", "10", "--use_cpu", "--report_to", "none"]
     texts = ["--train_source_file", str(tmp_path / "train.en"), "--train_target_file", str(tmp_path / "train.de")]
     with pytest.raises(ValueError) as refused:
-        recipe.run(*recipe.parse_arguments([*common, *texts, "--output_dir", str(tmp_path / "a")]))
+        recipe.train_and_score(*recipe.parse_arguments([*common, *texts, "--output_dir", str(tmp_path / "a")]))
     assert str(refused.value).startswith(
         f"training example at line 3 of {tmp_path / 'train.en'} and {tmp_path / 'train.de'} has {long_ids} source "
         f"and {target_ids} target tokens (</s> included), more than --max_tokens 10"
@@ -321,10 +321,10 @@ def test_an_example_over_the_token_budget_is_refused_by_its_line_before_the_mode
     assert f"Expected --max_tokens >= {long_ids}, or --max_length 10 to drop the pairs" in str(refused.value)
     table = ["--train_file", str(tmp_path / "train.jsonl")]
     with pytest.raises(ValueError, match=rf"^training example at .*train\.jsonl, line 4 has {long_ids} source"):
-        recipe.run(*recipe.parse_arguments([*common, *table, "--output_dir", str(tmp_path / "b")]))
+        recipe.train_and_score(*recipe.parse_arguments([*common, *table, "--output_dir", str(tmp_path / "b")]))
     dropped = ["--max_length", "10", "--output_dir", str(tmp_path / "c")]  # drops the long pair: on to the model
     with pytest.raises(AssertionError, match="the model was built"):
-        recipe.run(*recipe.parse_arguments([*common, *texts, *dropped]))
+        recipe.train_and_score(*recipe.parse_arguments([*common, *texts, *dropped]))
 
 
 def test_ablate_refuses_an_example_over_the_token_budget_before_any_line_is_trained(checkpoint, tmp_path, monkeypatch):
@@ -340,7 +340,7 @@ def test_ablate_refuses_an_example_over_the_token_budget_before_any_line_is_trai
     argv = ["--rows", "base", "--tokenizer_name_or_path", str(checkpoint), "--max_tokens", "10", "--use_cpu"]
     argv += [*(value for pair in zip(files, map(str, paths), strict=True) for value in pair)]
     with pytest.raises(ValueError, match=rf"^training example at line 3 of {tmp_path / 'train.en'} and .* Expected"):
-        ablation.run(*ablation.parse_arguments([*argv, "--output_dir", str(tmp_path / "ablation")]))
+        ablation.train_and_score_lines(*ablation.parse_arguments([*argv, "--output_dir", str(tmp_path / "ablation")]))
 
 
 def test_continuing_from_another_models_checkpoint_is_refused_before_training(checkpoint, tmp_path):
@@ -361,5 +361,5 @@ def test_continuing_from_another_models_checkpoint_is_refused_before_training(ch
             "--max_train_samples", "50", "--report_to", "none", "--use_cpu"]  # fmt: skip
     told = "model_type is 'marian', expected 'vaswani' (a MarianMT model: `vaswani-convert marian"
     with pytest.raises(ValueError, match=re.escape(told)):
-        recipe.run(*recipe.parse_arguments(argv))
+        recipe.train_and_score(*recipe.parse_arguments(argv))
     assert not list((tmp_path / "run").glob("checkpoint-*"))
