@@ -9,10 +9,11 @@ import time
 import pytest
 import sacrebleu
 import torch
-from helpers.training_setup import command, tiny_checkpoint
+from helpers.training_setup import command, run_command, tiny_checkpoint
 from safetensors.torch import load_file
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from modeling_vaswani.toolkit.cli import plot_attention, train, translate
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 
 pytestmark = pytest.mark.slow  # trains, kills and resumes the main job end to end
@@ -39,8 +40,10 @@ def script(name: str, *arguments, cwd, check=True, **kwargs):
     return result
 
 
-def test_main_job_end_to_end(tmp_path):
-    """train.py as a user runs it (tokenizer trained here, small preset), then translate.py and plot_attention.py."""
+def test_main_job_end_to_end(tmp_path, capsys):
+    """vaswani-train as a user runs it, in a process of its own (tokenizer trained here, small preset), then
+    vaswani-translate from standard input as a user pipes it; vaswani-translate on files and vaswani-plot-attention
+    run in this process (the error shell's process settings are the same; tests/cli/test_runtime_applied.py)."""
     run = tmp_path / "run"
     trained = script(
         "train",
@@ -91,37 +94,43 @@ def test_main_job_end_to_end(tmp_path):
 
     sentences = "A man rides a bike.\nTwo dogs play in the snow.\nA girl in a red dress.\n"
     (tmp_path / "input.en").write_text(sentences)
-    script("translate", model_dir, "--input", tmp_path / "input.en", "--output", tmp_path / "out.de", cwd=tmp_path)
+    code, _, err = run_command(
+        translate, [model_dir, "--input", tmp_path / "input.en", "--output", tmp_path / "out.de"], capsys
+    )
+    assert code == 0, err
     assert len((tmp_path / "out.de").read_text().splitlines()) == 3
     piped = script("translate", model_dir, "--num_beams", 2, cwd=tmp_path, input=sentences)
     assert len(piped.stdout.splitlines()) == 3
 
-    plotted = script(
-        "plot_attention", model_dir, "A man rides a bike.", "--layers", 0, "--heads", 0, 1,
-        "--output_dir", tmp_path / "maps", cwd=tmp_path,
-    )  # fmt: skip
+    code, plotted, err = run_command(
+        plot_attention,
+        [model_dir, "A man rides a bike.", "--layers", 0, "--heads", 0, 1, "--output_dir", tmp_path / "maps"],
+        capsys,
+    )
+    assert code == 0, err
     files = sorted(path.name for path in (tmp_path / "maps").glob("*.png"))
     assert files == sorted(f"{kind}_layer0.png" for kind in ("encoder", "decoder", "cross"))  # heads 0 and 1 in each
-    assert len(plotted.stdout.splitlines()) == 3
+    assert len(plotted.splitlines()) == 3
 
 
-def test_bad_input_is_refused_with_a_clear_message(tmp_path, checkpoint):
+def test_bad_input_is_refused_with_a_clear_message(tmp_path, checkpoint, capsys):
     (tmp_path / "input.en").write_text("A man.\n\nA dog.\n")
-    result = script(
-        "translate", checkpoint, "--input", tmp_path / "input.en", "--no_split_sentences", cwd=tmp_path, check=False
-    )
-    assert result.returncode != 0 and "sentence 2 is empty" in result.stderr  # one sentence a line: no empty one
-    result = script("translate", checkpoint, "--input", tmp_path / "input.en", "--max_new_tokens", 4, cwd=tmp_path)
-    assert result.stdout.count("\n") == 3 and result.stdout.split("\n")[1] == ""  # split: an empty line stays one
+    source = [checkpoint, "--input", tmp_path / "input.en"]
+    code, _, err = run_command(translate, [*source, "--no_split_sentences"], capsys)
+    assert code != 0 and "sentence 2 is empty" in err  # one sentence a line: no empty one
+    code, out, err = run_command(translate, [*source, "--max_new_tokens", 4], capsys)
+    assert code == 0, err
+    assert out.count("\n") == 3 and out.split("\n")[1] == ""  # split: an empty line stays one
     (tmp_path / "short.de").write_text("Ein Mann.\n")
     (tmp_path / "long.en").write_text("A man.\nA dog.\n")
-    result = script(
-        "train", "--model_name_or_path", checkpoint, "--output_dir", tmp_path / "run",
-        "--train_source_file", tmp_path / "long.en", "--train_target_file", tmp_path / "short.de",
-        cwd=tmp_path, check=False,
+    code, _, err = run_command(
+        train, [
+            "--model_name_or_path", checkpoint, "--output_dir", tmp_path / "run",
+            "--train_source_file", tmp_path / "long.en", "--train_target_file", tmp_path / "short.de",
+        ], capsys,
     )  # fmt: skip
-    assert result.returncode != 0
-    assert "long.en" in result.stderr and "short.de" in result.stderr and "2" in result.stderr
+    assert code != 0
+    assert "long.en" in err and "short.de" in err and "2" in err
 
 
 def test_resume_after_sigkill_loses_only_the_steps_since_the_last_checkpoint(checkpoint, tmp_path):
