@@ -20,7 +20,8 @@ from ..evaluation.metrics import translation_scores
 from ..outputs import atomic_text
 from ..texts import write_lines
 from ..translation.engines import load_translator
-from ..translation.translate import InputError, input_token_limit, translate
+from ..translation.request import TranslationRequest, translate_request
+from ..translation.translate import InputError, input_token_limit
 from .arguments import add_batch_arguments, add_model_arguments, check_output_path
 from .shell import command
 
@@ -60,12 +61,13 @@ def main(argv=None):
             "expected one reference per source sentence"
         )
     model, tokenizer = load_translator(arguments.model, engine=arguments.engine)
-    limit = input_token_limit(model, arguments.max_input_tokens)
+    request = TranslationRequest(
+        texts=sources, batch_size=arguments.batch_size, max_tokens=arguments.max_tokens,
+        max_input_tokens=input_token_limit(model, arguments.max_input_tokens),
+        split_sentences=False,  # a test set is sentence-aligned with its references: each line one sentence
+    )  # fmt: skip
     try:
-        hypotheses = translate(
-            model, tokenizer, sources, arguments.batch_size, max_input_tokens=limit, max_tokens=arguments.max_tokens,
-            split_sentences=False,  # a test set is sentence-aligned with its references: each line one sentence
-        )  # fmt: skip
+        hypotheses = translate_request(model, tokenizer, request)
     except InputError as error:
         raise InputError(f"{source}, one sentence a line: {error}") from None
     if arguments.output:

@@ -57,6 +57,7 @@ import argparse
 import os
 import stat
 import sys
+from dataclasses import replace
 
 from transformers import AutoTokenizer
 
@@ -65,18 +66,15 @@ from ..data.markup import check_documents, check_markup_text
 from ..data.sentences import check_language
 from ..outputs import atomic_text
 from ..texts import iter_arrived_lines, iter_text_lines, write_lines
-from ..translation.alignment import pharaoh, translate_aligned
-from ..translation.documents import translate_markup
+from ..translation.alignment import pharaoh
 from ..translation.engines import engine_for, load_ensemble
-from ..translation.request import Spelling, TranslationRequest
+from ..translation.request import Spelling, TranslationRequest, translate_request
 from ..translation.terminology import Glossary, check_clashes, sentence_terms
 from ..translation.translate import (
     InputError,
     input_token_limit,
     source_language,
     split_input,
-    translate,
-    translate_nbest,
 )
 from .arguments import (
     add_batch_arguments,
@@ -194,8 +192,8 @@ def main(argv=None):
     # terminal is read once the model is there: its lines may take their time to come).
     sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
     prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
-    terms = read_terms(arguments, request.glossary, None if sentences is None else len(sentences))
-    check_terms_first(arguments, sentences, terms)
+    terminology = read_terminology(arguments, request.glossary, None if sentences is None else len(sentences))
+    check_terminology_first(arguments, sentences, terminology)
     if sentences is not None and arguments.format != "text":  # markup.Document's rules, before the model loads
         check_markup_text("\n".join(sentences), arguments.input or "standard input")
         documents = ["\n".join(sentences)] if arguments.format == "html" else sentences
@@ -203,48 +201,31 @@ def main(argv=None):
     model, tokenizer, others = load_ensemble(
         arguments.model, arguments.revision, arguments.trust_remote_code, arguments.engine
     )  # fmt: skip
-    limit = input_token_limit(model, arguments.max_input_tokens)
-    generate_kwargs = {k: v for k in ("num_beams", "max_new_tokens") if (v := getattr(arguments, k)) is not None}
-    if others:
-        generate_kwargs["ensemble"] = others
     split = not arguments.no_split_sentences
-    settings = {
-        "batch_size": arguments.batch_size,
-        "max_tokens": arguments.max_tokens,
-        "paper_decoding": not arguments.no_paper_decoding,
-        "max_input_tokens": limit,
-        "split_sentences": split,
-        **generate_kwargs,
-    }
+    language = None
     if split:  # the flag, else what the first model's run recorded (results.json, its tokenizer), else generic rules
         language = source_language(arguments.model[0], tokenizer, arguments.source_lang, arguments.revision)
-        settings["language"] = language
+    request = replace(
+        request, max_input_tokens=input_token_limit(model, arguments.max_input_tokens), language=language
+    )
+    ensemble = {"ensemble": others} if others else {}
 
     def render(lines: list[str], first: int = 0, prefixes: list[str] | None = None, progress: bool = True):
         """The output lines for `lines`, the first of them the input's line `first` (from 0): in n-best lists their
         numbers, in errors (with sentence splitting) their line numbers."""
-        where = {"first_line": first + 1} if split else {}
-        if arguments.format != "text":
-            markup = {key: value for key, value in settings.items() if key != "split_sentences"}
-            return translate_markup(
-                model, tokenizer, lines, arguments.format, progress=progress, first=first + 1, **markup
-            )  # fmt: skip
-        if arguments.alignments:
-            aligned = translate_aligned(
-                model, tokenizer, lines, target_prefixes=prefixes, progress=progress, **where, **settings
-            )  # fmt: skip
-            return [f"{line.text} ||| {pharaoh(line.alignment)}" for line in aligned]
-        if not arguments.nbest:
-            return translate(
-                model, tokenizer, lines, target_prefixes=prefixes, progress=progress, **where, **terms, **settings
-            )  # fmt: skip
-        lists = translate_nbest(
-            model, tokenizer, lines, arguments.nbest, target_prefixes=prefixes, progress=progress, **where,
-            **terms, **settings,
+        asked = replace(
+            request, texts=lines, first_line=first + 1, target_prefixes=prefixes, progress=progress, **terminology
         )  # fmt: skip
-        return [
-            f"{first + i} ||| {h.text} ||| {h.score:.4f}" for i, hypotheses in enumerate(lists) for h in hypotheses
-        ]
+        outputs = translate_request(model, tokenizer, asked, **ensemble)
+        if arguments.alignments:
+            return [f"{line.text} ||| {pharaoh(line.alignment)}" for line in outputs]
+        if arguments.nbest:
+            return [
+                f"{first + i} ||| {h.text} ||| {h.score:.4f}"
+                for i, hypotheses in enumerate(outputs)
+                for h in hypotheses
+            ]
+        return outputs
 
     if streaming:
         stream(render, split)
@@ -252,7 +233,7 @@ def main(argv=None):
     if sentences is None:  # a pipe or a terminal, read whole
         sentences = read_input(None)
         check_prefix_count(arguments.target_prefix, prefixes, len(sentences))
-        terms = read_terms(arguments, request.glossary, len(sentences))
+        terminology = read_terminology(arguments, request.glossary, len(sentences))
     if arguments.format == "html":  # one document, its lines joined back as they were read
         sentences = ["\n".join(sentences)]
     try:
@@ -319,11 +300,11 @@ def read_prefixes(path: str | None, sentences: int | None) -> list[str] | None:
     return prefixes
 
 
-def read_terms(arguments: argparse.Namespace, glossary: Glossary | None, sentences: int | None) -> dict:
+def read_terminology(arguments: argparse.Namespace, glossary: Glossary | None, sentences: int | None) -> dict:
     """translate()'s terminology arguments from --constraints and --avoid (one line per input line, phrases
     separated by tabs, fairseq's format) and the --glossary read; the line counts are checked where the input's is
     known."""
-    terms = {}
+    terminology = {}
     for flag in ("constraints", "avoid"):
         path = getattr(arguments, flag)
         if path is not None:
@@ -333,18 +314,18 @@ def read_terms(arguments: argparse.Namespace, glossary: Glossary | None, sentenc
                     f"--{flag} {path} has {len(lines)} lines; expected {sentences}, one per input line (an empty "
                     "line for none)"
                 )
-            terms[flag] = [[phrase for phrase in line.split("\t") if phrase.strip()] for line in lines]
+            terminology[flag] = [[phrase for phrase in line.split("\t") if phrase.strip()] for line in lines]
     if glossary is not None:
-        terms["glossary"] = glossary
-    return terms
+        terminology["glossary"] = glossary
+    return terminology
 
 
-def check_terms_first(arguments: argparse.Namespace, sentences: list[str] | None, terms: dict) -> None:
+def check_terminology_first(arguments: argparse.Namespace, sentences: list[str] | None, terminology: dict) -> None:
     """Before any model loads, with the first model's tokenizer alone, what `terminology.sentence_terms` refuses: a
     phrase to avoid inside a phrase to hold of the same line, constraints for a line of several sentences or none;
     named by file and line. Where standard input is a pipe, read once the model is there, only what the files tell
     is checked here (its lines' glossary terms are checked as they are translated)."""
-    if not terms:
+    if not terminology:
         return
     tokenizer = first_tokenizer(arguments)
 
@@ -353,15 +334,15 @@ def check_terms_first(arguments: argparse.Namespace, sentences: list[str] | None
         return where if line is None else f"{where}, line {line}"
 
     if sentences is None:
-        check_clashes(tokenizer, terms.get("constraints"), terms.get("avoid"), None, name)
+        check_clashes(tokenizer, terminology.get("constraints"), terminology.get("avoid"), None, name)
         return
     layout = None
     if not arguments.no_split_sentences:
         language = source_language(arguments.model[0], tokenizer, arguments.source_lang, arguments.revision)
         layout = split_input(sentences, tokenizer, language)
     sentence_terms(
-        layout, layout.sentences if layout else sentences, terms.get("constraints"), terms.get("avoid"),
-        terms.get("glossary"), tokenizer, name,
+        layout, layout.sentences if layout else sentences, terminology.get("constraints"), terminology.get("avoid"),
+        terminology.get("glossary"), tokenizer, name,
     )  # fmt: skip
 
 

@@ -235,3 +235,35 @@ REFUSALS = (
     refuse_what_the_engine_cannot,
     refuse_nbest_past_the_beam,
 )
+
+
+def translate_request(model, tokenizer, request: TranslationRequest, **generate_kwargs) -> list:
+    """`request`'s texts translated by `model`, one output a text, by the function its options choose: with markup,
+    `documents.translate_markup` (a str a document); with alignments, `alignment.translate_aligned` (an
+    AlignedTranslation a line); with `nbest`, `translate.translate_nbest` (a list of Hypothesis a line); else
+    `translate.translate` (a str a line). Each checks the request again, for the loaded model's engine and beam.
+    `generate_kwargs`: generate()'s own beyond the request (an ensemble's other models, stopping criteria)."""
+    from .alignment import translate_aligned  # they import this module for the check: imported once it has loaded
+    from .documents import translate_markup
+    from .translate import translate, translate_nbest
+
+    limits = {name: value for name in ("num_beams", "max_new_tokens") if (value := getattr(request, name)) is not None}
+    options = {
+        "batch_size": request.batch_size, "max_tokens": request.max_tokens,
+        "max_input_tokens": request.max_input_tokens, "paper_decoding": request.paper_decoding,
+        "progress": request.progress, "language": request.language,
+        **limits, **generate_kwargs,
+    }  # fmt: skip
+    texts = list(request.texts)
+    if request.format != "text":
+        return translate_markup(model, tokenizer, texts, request.format, first=request.first_line, **options)
+    options |= {
+        "target_prefixes": request.target_prefixes, "split_sentences": request.split_sentences,
+        "first_line": request.first_line,
+    }  # fmt: skip
+    if request.alignments:
+        return translate_aligned(model, tokenizer, texts, **options)
+    options |= {"constraints": request.constraints, "avoid": request.avoid, "glossary": request.glossary}
+    if request.nbest is not None:
+        return translate_nbest(model, tokenizer, texts, request.nbest, **options)
+    return translate(model, tokenizer, texts, **options)
