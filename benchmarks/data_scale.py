@@ -84,7 +84,7 @@ def run_stages(
 ) -> dict:
     """The job's preparation and first steps, stage by stage, in this process. Returns seconds and peak MiB each."""
     from modeling_vaswani.toolkit.data.batching import TokenBudgetBatchSampler
-    from modeling_vaswani.toolkit.data.corpora import filter_by_length, tokenize_pairs
+    from modeling_vaswani.toolkit.data.tokenization import filter_by_length, tokenize_pairs
     from modeling_vaswani.toolkit.training.presets import preset_config
     from modeling_vaswani.toolkit.training.recipe import DataArguments, ModelArguments, load_data, prepare_tokenizer
     from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments

@@ -13,7 +13,8 @@ import torch
 from transformers import AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.toolkit.data.corpora import load_multi30k, multi30k_files, read_sentences, tokenize_pairs
+from modeling_vaswani.toolkit.data.corpora import load_multi30k, multi30k_files, read_sentences
+from modeling_vaswani.toolkit.data.tokenization import tokenize_pairs
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 from modeling_vaswani.toolkit.training.presets import preset_config
 

@@ -36,8 +36,8 @@ from transformers import set_seed
 from ...configuration_vaswani import TABLE_3_COLUMNS, VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
 from ..data.batching import check_examples_fit
-from ..data.corpora import check_max_length, filter_by_length, tokenize_pairs
 from ..data.sentences import record_languages
+from ..data.tokenization import check_max_length, filter_by_length, tokenize_pairs
 from ..evaluation.plotting import DPI
 from ..outputs import save_figure, write_text
 from .presets import preset_config, preset_overrides

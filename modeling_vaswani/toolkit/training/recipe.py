@@ -34,18 +34,16 @@ from ..data import tokenizer as tokenizer_module
 from ..data.batching import check_examples_fit
 from ..data.corpora import (
     MULTI30K_SPLITS,
-    check_max_length,
-    filter_by_length,
     load_hub_pairs,
     load_multi30k,
     load_table_pairs,
     load_text_pairs,
     multi30k_files,
-    table_row_location,
     text_pair_location,
-    tokenize_pairs,
 )
 from ..data.sentences import record_languages
+from ..data.tables import table_row_location
+from ..data.tokenization import check_max_length, filter_by_length, tokenize_pairs
 from ..data.tokenizer import train_tokenizer_from_texts
 from ..evaluation.metrics import bleu, chrf, translation_scores
 from ..evaluation.plotting import plot_training_curves

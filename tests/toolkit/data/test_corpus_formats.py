@@ -12,12 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import DatasetDict
 
-from modeling_vaswani.toolkit.data.corpora import (
-    load_hub_pairs,
-    load_table_pairs,
-    load_text_pairs,
-    table_row_location,
-)
+from modeling_vaswani.toolkit.data.corpora import load_hub_pairs, load_table_pairs, load_text_pairs
+from modeling_vaswani.toolkit.data.tables import table_row_location
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from modeling_vaswani.toolkit.data.corpora import (
     load_table_pairs,
     load_text_pairs,
     multi30k_files,
-    tokenize_pairs,
 )
+from modeling_vaswani.toolkit.data.tokenization import tokenize_pairs
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 from modeling_vaswani.toolkit.texts import iter_arrived_lines, iter_stream_lines
 
@@ -325,7 +325,7 @@ PREPARE = """
 import json, logging, sys
 from pathlib import Path
 from modeling_vaswani.toolkit.training import recipe
-from modeling_vaswani.toolkit.data.corpora import tokenize_pairs
+from modeling_vaswani.toolkit.data.tokenization import tokenize_pairs
 
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 source, target, output = sys.argv[1:]
