@@ -39,10 +39,17 @@ PACKAGE_DATA = [
     f"{TOOLKIT}/training/measurements.json",
 ]
 # Not copied for the build: what a fresh clone has not (outputs of builds, tools and runs; see .gitignore).
-NOT_SOURCES = shutil.ignore_patterns(
+NOT_SOURCE_NAMES = shutil.ignore_patterns(
     ".git", ".venv", ".tox", "build", "dist", "*.egg-info", ".eggs", "__pycache__", "*.pyc", ".pytest_cache",
-    ".ruff_cache", "runs", "outputs", ".whl", ".gl", "wheelhouse",
+    ".ruff_cache", "runs", ".whl", ".gl", "wheelhouse",
 )  # fmt: skip
+
+
+def not_sources(folder: str, names: list[str]) -> set[str]:
+    """NOT_SOURCE_NAMES, and a run's outputs/ at the root only: toolkit/outputs/ is the package's (as .gitignore)."""
+    return NOT_SOURCE_NAMES(folder, names) | ({"outputs"} & set(names) if Path(folder) == REPO else set())
+
+
 # Settings that would put the checkout, or caches shared with other runs, in front of the installed package.
 DROPPED_ENV = (
     "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
@@ -117,7 +124,7 @@ def installed(tmp_path_factory):
     """The wheel built from the checkout and installed into a new virtual environment outside it."""
     root = tmp_path_factory.mktemp("wheel")
     source = root / "source"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCES, symlinks=True)
+    shutil.copytree(REPO, source, ignore=not_sources, symlinks=True)
     wheel = build(source, root / "dist")
 
     venv = root / "venv"
