@@ -26,11 +26,12 @@ from ...search_vaswani import OUTPUT_MARGIN, max_output_length
 from ..data.markup import Document, write_documents
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
 from ..translation.alignment import line_alignments, word_alignments
+from ..translation.engines import engine_of
+from ..translation.request import Spelling, TranslationRequest
 from ..translation.scoring import score
-from ..translation.terminology import Glossary, check_room, phrase_ids, sentence_terms
+from ..translation.terminology import check_room, phrase_ids, sentence_terms
 from ..translation.translate import (
     InputError,
-    check_nbest,
     check_one_sentence_a_line,
     check_sentences,
     input_token_limit,
@@ -58,6 +59,7 @@ from .metrics import Metrics
 from .worker import BatchKey, Cancelled, Checker, Job, Overloaded, Stop, Worker
 
 ATTENTION_DIGITS = 6  # attention weights are sent rounded to 6 decimals (a 1e-6 step): 8-9 bytes a weight in JSON
+API = Spelling(names={"target_prefixes": "target_prefix"})  # how refusals name a request's fields: as the API does
 
 
 class TranslateOptions(NamedTuple):
@@ -72,6 +74,19 @@ class TranslateOptions(NamedTuple):
     @classmethod
     def of(cls, request: TranslateRequest) -> "TranslateOptions":
         return cls(*(getattr(request, name) for name in cls._fields))
+
+
+class CheckedTexts(NamedTuple):
+    """What a /translate request's checks found: the sentences to translate (with the `layout` that joins their
+    translations back, None where the texts are translated whole), their prefixes and lengths in tokens, the tokens
+    each translation may have (`room`, Section 6.1's or `max_new_tokens`), and the prefixes as token ids."""
+
+    layout: object
+    sentences: list[str]
+    prefixes: list[str] | None
+    source_lengths: list[int]
+    room: list[int]
+    prefix_ids: list[list[int]] | None
 
 
 class Sentence(NamedTuple):
@@ -158,26 +173,24 @@ class TranslationService:
         check_texts(texts, "text", self.limits)
         if prefixes is not None:
             check_texts(prefixes, "target_prefix", self.limits)
+        checked = await self.on_checking_thread(self.check_request, request, name, prefixes)
         documents = labels = None
         if request.format != "text":  # the documents' runs of text are translated, aligned where they hold tags
-            documents = await self.on_checking_thread(self.parse_documents, request, name, texts)
+            documents = await self.on_checking_thread(self.parse_documents, request, texts)
             runs = [run for document in documents for run in document.runs]
             labels = [f"text {number}" for number, document in enumerate(documents, 1) for _ in document.runs]
             texts = [run.text for run in runs]
             request = request.model_copy(update={"alignments": any(run.tags for run in runs)})
-        layout, sentences, prefixes, source_lengths = await self.on_checking_thread(
-            self.check_translation, request, name, texts, prefixes, labels
-        )  # fmt: skip
-        required, avoided = await self.on_checking_thread(
-            self.check_terms, request, name, layout, sentences, prefixes, source_lengths
-        )  # fmt: skip
+        found = await self.on_checking_thread(self.check_translation, request, name, texts, prefixes, labels)
+        required, avoided = await self.on_checking_thread(self.check_terms, checked, name, found)
+        layout, sentences = found.layout, found.sentences
         none = [None] * len(sentences)
         items = [
             Sentence(*fields)
-            for fields in zip(sentences, prefixes or none, required or none, avoided or none, strict=True)
+            for fields in zip(sentences, found.prefixes or none, required or none, avoided or none, strict=True)
         ]
         key = BatchKey("translate", name, TranslateOptions.of(request))
-        outputs = await self.batch_outputs(key, items, sum(source_lengths), gone) if items else []  # only blank texts
+        outputs = await self.batch_outputs(key, items, sum(found.source_lengths), gone) if items else []  # blank texts
         pairs = None
         if request.alignments:  # (translation, pairs) a sentence; pairs in each text's word positions
             outputs, pairs = [text for text, _ in outputs], [links for _, links in outputs]
@@ -195,6 +208,23 @@ class TranslationService:
             answer["alignments"] = pairs[0] if single else pairs
         return answer
 
+    def check_request(self, request: TranslateRequest, name: str, prefixes) -> TranslationRequest:
+        """The request as the translation library checks every request (`TranslationRequest.check`, the one home of
+        the refusals a translation can get by what it asks: options that do not go together, what the served model's
+        engine cannot do, an n-best list past the beam), before any tokenizing; refusals name the API's field."""
+        model, _ = self.models[name]
+        asked = TranslationRequest(
+            num_beams=request.num_beams, paper_decoding=request.paper_decoding, nbest=request.nbest,
+            max_new_tokens=request.max_new_tokens, target_prefixes=prefixes, constraints=request.constraints,
+            avoid=request.avoid, glossary=request.glossary, alignments=request.alignments, format=request.format,
+            split_sentences=request.split_sentences,
+        )  # fmt: skip
+        beams = None if request.num_beams or request.nbest is None else model.generation_config.num_beams
+        try:
+            return asked.check(engine_of(model), beams, name, API)
+        except ValueError as refused:  # a RequestError, or an argument's rule: each names its field
+            raise Refused(422, API.name(getattr(refused, "field", "body")), str(refused)) from refused
+
     def token_lengths(
         self, name: str, texts: list[str], field_name: str, side: str = "source", limit: int | None = None, layout=None
     ) -> list[int]:
@@ -207,21 +237,16 @@ class TranslationService:
         except InputError as refused:
             raise Refused(422, field_name, str(refused)) from refused
 
-    def check_translation(self, request: TranslateRequest, name: str, texts, prefixes, labels=None):
+    def check_translation(
+        self, request: TranslateRequest, name: str, texts, prefixes, labels=None
+    ) -> CheckedTexts:  # fmt: skip
         """The sentences to translate (the texts, or with `split_sentences` the sentences they split into, with the
-        `Layout` that joins their translations back), their prefixes and lengths, after the translate command's
-        checks of the texts and options, each error naming its field (and a sentence, its text and first words);
-        what translate() and generate() check again is caught here, before the request joins a batch. `labels`: how
-        errors name each of `texts` where they are parts of the request's texts (a document's runs of text)."""
+        `Layout` that joins their translations back), their prefixes, lengths and room, after the checks that
+        tokenize (each once: lengths, prefixes and the room they leave), each error naming its field (and a
+        sentence, its text and first words), before the request joins a batch. `labels`: how errors name each of
+        `texts` where they are parts of the request's texts (a document's runs of text)."""
         limits = self.limits
         model, _ = self.models[name]
-        if request.alignments and not isinstance(model, torch.nn.Module):
-            raise Refused(
-                422, "alignments", f"{name} is a CTranslate2 export; alignments need a PyTorch model's attention "
-                "weights (serve the checkpoint it was exported from)",
-            )  # fmt: skip
-        if request.alignments and request.nbest is not None:
-            raise Refused(422, "alignments", "alignments are of each text's one translation; expected no nbest")
         if prefixes is not None and len(prefixes) != len(texts):
             raise Refused(
                 422, "target_prefix", f"{len(prefixes)} prefixes for {len(texts)} texts; expected one a text"
@@ -261,74 +286,37 @@ class TranslationService:
             source_lengths, request.nbest, request.max_new_tokens, request.alignments, self.per_token[name]
         )  # fmt: skip
         within(limits, "nbest" if request.nbest else "text", answer_bytes=answer)
-        room_limits = {"max_new_tokens": request.max_new_tokens} if request.max_new_tokens else {}
+        room = output_room(model, source_lengths, request.paper_decoding, {"max_new_tokens": request.max_new_tokens})
         try:
-            if request.nbest is not None:
-                check_nbest(model, request.nbest, request.num_beams)
-        except InputError as refused:
-            raise Refused(422, "nbest", str(refused)) from refused
-        try:
-            room = lambda: output_room(model, source_lengths, request.paper_decoding, room_limits)  # noqa: E731
-            prefix_ids(self.checker.tokenizer(name), prefixes, room, layout)
+            ids = prefix_ids(self.checker.tokenizer(name), prefixes, lambda: room, layout)
         except InputError as refused:
             raise Refused(422, "target_prefix", str(refused)) from refused
-        return layout, sentences, prefixes, source_lengths
+        return CheckedTexts(layout, sentences, prefixes, source_lengths, room, ids)
 
-    def check_terms(self, request: TranslateRequest, name: str, layout, sentences, prefixes, source_lengths):
-        """Each sentence's phrases to hold and to avoid (`terminology.sentence_terms`), after refusing what cannot
-        be met, naming the field: a CTranslate2 model, constraints without the paper's decoding, a count other than
-        one list a text, constraints longer than their sentence's room."""
-        given = [(field, value) for field, value in (("constraints", request.constraints), ("avoid", request.avoid),
-                 ("glossary", request.glossary)) if value is not None]  # fmt: skip
+    def check_terms(self, request: TranslationRequest, name: str, found: CheckedTexts):
+        """Each sentence's phrases to hold and to avoid (`terminology.sentence_terms`) of the checked `request`, after
+        refusing what cannot be met, naming the field: a count other than one list a text, a phrase to avoid inside
+        one to hold, constraints longer than their sentence's room (`found.room`, with its prefix)."""
+        given = [field for field in ("constraints", "avoid", "glossary") if getattr(request, field) is not None]
         if not given:
             return None, None
-        field = given[0][0]
-        model, _ = self.models[name]
-        if not isinstance(model, torch.nn.Module):
-            raise Refused(
-                422, field, f"{name} is a CTranslate2 export, which has no lexical constraints: serve the checkpoint "
-                "it was exported from (the PyTorch engine)",
-            )  # fmt: skip
-        if request.constraints is not None and not request.paper_decoding:
-            raise Refused(422, "constraints", "constraints need the paper's decoding; expected paper_decoding true")
         tokenizer = self.checker.tokenizer(name)
+        layout = found.layout
         try:
-            glossary = Glossary.of(request.glossary) if request.glossary is not None else None
-            terms = (request.constraints, request.avoid, glossary)
-            required, avoided = sentence_terms(layout, sentences, *terms, tokenizer)
+            terms = (request.constraints, request.avoid, request.glossary)
+            required, avoided = sentence_terms(layout, found.sentences, *terms, tokenizer)
             if required is not None:
-                room_limits = {"max_new_tokens": request.max_new_tokens}
-                room = output_room(model, source_lengths, request.paper_decoding, room_limits)
                 ids = phrase_ids(tokenizer, required)
-                prefix = prefix_ids(tokenizer, prefixes, lambda: room, layout)
-                check_room(ids, prefix, room, layout.name if layout is not None else lambda n: f"text {n}")
+                check_room(
+                    ids, found.prefix_ids, found.room, layout.name if layout is not None else lambda n: f"text {n}"
+                )
         except (InputError, ValueError) as refused:  # a TermError names its field: a clash is avoid's
-            raise Refused(422, getattr(refused, "field", field), str(refused)) from refused
+            raise Refused(422, getattr(refused, "field", given[0]), str(refused)) from refused
         return required, avoided
 
-    def parse_documents(self, request: TranslateRequest, name: str, texts: list[str]) -> list[Document]:
-        """The texts parsed as documents of `request.format`, after refusing what markup cannot go with."""
-        if not isinstance(self.models[name][0], torch.nn.Module):
-            raise Refused(
-                422, "format", f"{name} is a CTranslate2 export; markup is placed by a PyTorch model's attention "
-                "weights (serve the checkpoint it was exported from, or format \"text\")",
-            )  # fmt: skip
-        clashing = [
-            field_name
-            for field_name, given in (
-                ("nbest", request.nbest is not None),
-                ("alignments", request.alignments),
-                ("target_prefix", request.target_prefix is not None),
-                ("split_sentences", not request.split_sentences),
-                *((term, True) for term in ("constraints", "avoid", "glossary") if getattr(request, term) is not None),
-            )
-            if given
-        ]
-        if clashing:
-            raise Refused(
-                422, "format", f"format {request.format!r} answers each text with its markup; expected no "
-                f"{' and no '.join(clashing)} (or format \"text\")",
-            )  # fmt: skip
+    def parse_documents(self, request: TranslateRequest, texts: list[str]) -> list[Document]:
+        """The texts parsed as documents of `request.format` (what markup cannot go with was refused by the request's
+        check), a text that markup cannot hold refused."""
         documents = []
         for number, text in enumerate(texts):
             try:

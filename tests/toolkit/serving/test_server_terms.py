@@ -54,7 +54,7 @@ def test_terms_that_cannot_be_met_are_refused_by_field(server, exported):
             "constraints",
             "its constraints are",
         ),
-        ({"text": "<b>A</b> man.", "format": "html", "glossary": {"man": "Mann"}}, "format", "expected no glossary"),
+        ({"text": "<b>A</b> man.", "format": "html", "glossary": {"man": "Mann"}}, "format", "expected glossary=None"),
     )
     for body, field, message in cases:
         status, answer = post(f"{server}/translate", body)

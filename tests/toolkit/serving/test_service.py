@@ -105,10 +105,10 @@ def test_attention_is_json_of_the_layers_and_heads_asked(service, loaded):
     [
         (TranslateRequest(text="A man.", model="other"), 404, "model", "no model named 'other'"),
         (TranslateRequest(text=["a"] * 5), 422, "text", "5 texts; expected at most 4"),
-        (TranslateRequest(text="A man.", nbest=2, alignments=True), 422, "alignments", "expected no nbest"),
+        (TranslateRequest(text="A man.", nbest=2, alignments=True), 422, "alignments", "or alignments=False"),
         (TranslateRequest(text="A man.", constraints=[["Mann"]], paper_decoding=False), 422, "constraints", "paper"),
         (TranslateRequest(text="A man.", max_new_tokens=10_000), 422, "max_new_tokens", "Section 6.1"),
-        (TranslateRequest(text="A man.", format="html", nbest=2), 422, "format", "expected no nbest"),
+        (TranslateRequest(text="A.", format="html", nbest=2), 422, "format", "expected nbest=None, or format='text'"),
         (ScoreRequest(source=["a", "b"], target=["c"]), 422, "target", "1 targets for 2 sources"),
         (AttentionRequest(text="A man.", layers=[0, 0]), 422, "layers.1", "given already as layers.0"),
         (AttentionRequest(text="A man.", heads=[9]), 422, "heads", "the model has 4"),
