@@ -33,7 +33,7 @@ class Sentence:
 
     text: str
     first: bool
-    index: int = -1  # its place among the call's sentences, for the call's terminology (`_terms`)
+    index: int = -1  # its place among the call's sentences, for the call's terminology (`_phrase_ids`)
 
 
 class SplittingTranslationPipeline(VaswaniTranslationPipeline):
@@ -58,12 +58,13 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
 
     def __init__(self, *args, split_sentences: bool = True, language: str | None = None, **kwargs):
         from .arguments import check_arguments  # the package's import stays light: lxml loads at first use
+        from .terminology import NO_PHRASES
 
         checked = check_arguments(split_sentences=split_sentences, language=language)
         super().__init__(*args, **kwargs)
         self.split_sentences, self.language = checked["split_sentences"], checked["language"]
         self._model_language, self._model_language_known = None, False
-        self._terms = (None, None)  # the current call's phrases to hold and to avoid, as ids, one list a sentence
+        self._phrase_ids = NO_PHRASES  # the current call's phrases to hold and to avoid, as ids, one list a sentence
 
     def model_language(self) -> str | None:
         """The model's source language as its training recorded it, looked up once (None: not recorded)."""
@@ -92,13 +93,17 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
 
         candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
         request = TranslationRequest(
-            nbest=candidates if candidates > 1 else None, alignments=alignments, constraints=constraints, avoid=avoid,
-            glossary=glossary, language=language,
+            nbest=candidates if candidates > 1 else None,
+            alignments=alignments,
+            constraints=constraints,
+            avoid=avoid,
+            glossary=glossary,
+            language=language,
             split_sentences=self.split_sentences if split_sentences is None else split_sentences,
         ).check(engine_of(self.model), spelling=Spelling(names={"nbest": "num_return_sequences"}))
         split, language, glossary = request.split_sentences, request.language, request.glossary
         if constraints is not None or avoid is not None or glossary is not None:
-            return self.translate_terms(inputs, split, language, alignments, (constraints, avoid, glossary), kwargs)
+            return self.translate_terminology(inputs, request, kwargs)
         if alignments:
             self.check_alignments(alignments, inputs, split, kwargs)
         if not split:
@@ -135,28 +140,31 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
             return per_text[0]
         return [answer[0] for answer in per_text] if candidates == 1 else per_text
 
-    def translate_terms(self, inputs, split: bool, language, alignments, terms: tuple, kwargs: dict):
-        """A call with terminology (translation/terminology.py): `constraints` and `avoid`, one list of phrases a text
-        (for one text, its list), `glossary`, a dict of source term to target term; each sentence's phrases reach
-        generate() with its row. Refused (ValueError) with several candidates (the request's check, the rest)."""
-        from .terminology import phrase_ids, sentence_terms
+    def translate_terminology(self, inputs, request, kwargs: dict):
+        """A call with terminology (translation/terminology.py), its `request` checked: `constraints` and `avoid`,
+        one list of phrases a text (for one text, its list), `glossary`, source term to target term; each sentence's
+        phrases reach generate() with its row. Refused (ValueError) with several candidates (the request's check
+        refuses the rest)."""
+        from .terminology import NO_PHRASES, SentencePhrases, phrase_ids, sentence_terms
 
         if (kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1) > 1:
             raise ValueError("constraints, avoid or a glossary with num_return_sequences > 1; expected 1")
         single = isinstance(inputs, str)
         texts = [inputs] if single else list(inputs)
-        constraints, avoid, glossary = terms
-        constraints, avoid = ([value] if single and value is not None else value for value in (constraints, avoid))
-        layout = split_lines(texts, language or self.language or self.model_language(), unit="text") if split else None
+        constraints, avoid = (
+            [value] if single and value is not None else value for value in (request.constraints, request.avoid)
+        )
+        split, language = request.split_sentences, request.language or self.language or self.model_language()
+        layout = split_lines(texts, language, unit="text") if split else None
         sentences = layout.sentences if split else texts
-        required, avoided = sentence_terms(layout, sentences, constraints, avoid, glossary, self.tokenizer)
-        self._terms = (phrase_ids(self.tokenizer, required), phrase_ids(self.tokenizer, avoided))
+        phrases = sentence_terms(layout, sentences, constraints, avoid, request.glossary, self.tokenizer)
+        self._phrase_ids = SentencePhrases(*(phrase_ids(self.tokenizer, rows) for rows in phrases))
         try:
             firsts = set(layout.starts) if split else set(range(len(texts)))
             items = [Sentence(text, i in firsts, i) for i, text in enumerate(sentences)]
             results = [r[0] if isinstance(r, list) else r for r in super().__call__(items, **kwargs)] if items else []
         finally:
-            self._terms = (None, None)
+            self._phrase_ids = NO_PHRASES
         translations = [result["translation_text"] for result in results]
         joined = layout.join(translations) if split else translations
         answers = [{"translation_text": text} for text in joined]
@@ -240,7 +248,7 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         first = model_inputs.pop("first_sentence", None)
         index = model_inputs.pop("sentence_index", None)
         rows = [] if index is None else index.view(-1).tolist()
-        for name, phrases in zip(("constraints", "avoid"), self._terms, strict=True):
+        for name, phrases in zip(("constraints", "avoid"), self._phrase_ids, strict=True):
             if phrases is not None and any(phrases[row] for row in rows):
                 generate_kwargs[name] = [phrases[row] for row in rows]
         if first is None or target_prefix is None:

@@ -16,6 +16,7 @@ import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ...constraints_vaswani import overflows
 from ..data.sentences import Layout
@@ -139,6 +140,19 @@ def check_phrase_texts(value, name: str, inputs: int) -> list[list[str]]:
     return [list(phrases) for phrases in value]
 
 
+class SentencePhrases(NamedTuple):
+    """Each sentence's phrases to hold (its input's constraints and the glossary target terms its source terms call
+    for) and to avoid, one list a sentence (None: none asked), as text or, tokenized, as token ids (`phrase_ids`).
+    Apart from a request's terminology (`constraints`, `avoid`, `glossary`: one list an input, and a glossary's
+    source and target terms), which `sentence_terms` moves to sentences."""
+
+    hold: list | None
+    avoid: list | None
+
+
+NO_PHRASES = SentencePhrases(None, None)
+
+
 def input_term(field: str, number: int | None) -> str:
     """How errors name an input's list of phrases, or the glossary (`number` None): "avoid of input 2"."""
     return f"the {field}" if number is None else f"{field} of input {number}"
@@ -152,7 +166,7 @@ def sentence_terms(
     glossary: Glossary | None,
     tokenizer=None,
     name: Callable[[str, int | None], str] = input_term,
-) -> tuple[list[list[str]] | None, list[list[str]] | None]:
+) -> SentencePhrases:
     """Each sentence's phrases to hold and to avoid (None where none are given): the inputs' lists moved to their
     sentences (`layout`: how the inputs were split; None, one sentence an input) and the glossary's target terms
     added. Refuses (InputError) what no model is needed to tell cannot be met: lists that are not one an input,
@@ -181,7 +195,7 @@ def sentence_terms(
         for index, terms in enumerate(found):
             required[index] += [term for term in terms if term not in required[index]]
     avoided = None if avoid is None else [list(avoid[line]) for line in owner]
-    return required, avoided
+    return SentencePhrases(required, avoided)
 
 
 def check_one_sentence(layout: Layout, constraints: list[list[str]], name: Callable) -> None:

@@ -20,7 +20,7 @@ from .arguments import check_arguments
 from .engines import engine_of
 from .errors import InputError
 from .request import TranslationRequest
-from .terminology import Glossary, check_room, phrase_ids, sentence_terms
+from .terminology import NO_PHRASES, Glossary, SentencePhrases, check_room, phrase_ids, sentence_terms
 
 
 def input_token_limit(model, requested: int | None) -> int:
@@ -212,7 +212,7 @@ def decoding_batches(
     progress: bool,
     generate_kwargs: dict,
     layout: Layout | None = None,
-    terms: tuple = (None, None),
+    phrases: SentencePhrases = NO_PHRASES,
 ) -> Iterator[tuple[list[int], dict, dict]]:
     """What `translate` and `translate_nbest` decode, batch by batch (their arguments of the same names): the sentence
     indices, their tokenized source and the batch's generate() keyword arguments (its rows' `target_prefix`, when
@@ -221,7 +221,7 @@ def decoding_batches(
     lengths, batches = plan_batches(tokenizer, sentences, batch_size, max_tokens, max_input_tokens, layout)
     room = functools.partial(output_room, model, lengths, paper_decoding, generate_kwargs)
     prefixes = prefix_ids(tokenizer, target_prefixes, room, layout)
-    required, avoided = terms_ids(tokenizer, terms, prefixes, room, layout)
+    required, avoided = checked_phrase_ids(tokenizer, phrases, prefixes, room, layout)
     for indices, batch in tokenized_batches(model, tokenizer, sentences, batches, progress):
         kwargs = dict(generate_kwargs)
         for name, rows in (("target_prefix", prefixes), ("constraints", required), ("avoid", avoided)):
@@ -230,17 +230,16 @@ def decoding_batches(
         yield indices, batch, kwargs
 
 
-def terms_ids(tokenizer, terms: tuple, prefixes, room: Callable, layout: Layout | None):
-    """Each sentence's phrases to hold and to avoid (`terms`, from `terminology.sentence_terms`) as token ids, after
+def checked_phrase_ids(tokenizer, phrases: SentencePhrases, prefixes, room: Callable, layout: Layout | None):
+    """Each sentence's phrases to hold and to avoid (`phrases`, from `terminology.sentence_terms`) as token ids, after
     refusing (InputError) constraints longer than a sentence's room (naming the sentence). What the engine and the
     decoding cannot meet was refused by the request's check."""
-    required, avoided = terms
-    if not any(rows for rows in (required, avoided) if rows is not None):
-        return None, None
-    required, avoided = phrase_ids(tokenizer, required), phrase_ids(tokenizer, avoided)
-    if required is not None:
-        check_room(required, prefixes, room(), layout.name if layout is not None else lambda n: f"sentence {n}")
-    return required, avoided
+    if not any(rows for rows in phrases if rows is not None):
+        return NO_PHRASES
+    ids = SentencePhrases(*(phrase_ids(tokenizer, rows) for rows in phrases))
+    if ids.hold is not None:
+        check_room(ids.hold, prefixes, room(), layout.name if layout is not None else lambda n: f"sentence {n}")
+    return ids
 
 
 def checked_request(model, generate_kwargs: dict, **options) -> TranslationRequest:
@@ -377,10 +376,10 @@ def translate_sentences(
         if not sentences:  # only empty lines: nothing to translate
             return layout, [], []
     translations = [None] * len(sentences)
-    terms = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
+    phrases = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs, layout, terms,
+        progress, generate_kwargs, layout, phrases,
     )  # fmt: skip
     for indices, batch, kwargs in batches:
         generated = model.generate(**batch, paper_decoding=paper_decoding, **kwargs)
@@ -443,10 +442,10 @@ def translate_nbest(
         if not sentences:  # only empty lines: nothing to translate
             return [[] for _ in layout.starts]
     results = [None] * len(sentences)
-    terms = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
+    phrases = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
     batches = decoding_batches(
         model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs, layout, terms,
+        progress, generate_kwargs, layout, phrases,
     )  # fmt: skip
     for indices, batch, kwargs in batches:
         if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
