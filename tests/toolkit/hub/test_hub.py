@@ -1,8 +1,8 @@
 """Sharing on the Hub, end to end against the project's Hub server with the real clients in subprocesses.
 
-A tiny checkpoint is pushed with vaswani-push (and through the Trainer's --push_to_hub), then pulled where
-the package is not importable (the repository's remote code) and where it is; both must reproduce the local model's
-weights, generate() output and pipeline text exactly.
+A tiny checkpoint is pushed with vaswani-push, then pulled where the package is not importable (the repository's
+remote code) and where it is; both must reproduce the local model's weights, generate() output and pipeline text
+exactly. vaswani-train --push_to_hub's model, pulled the same way: tests/toolkit/hub/test_train_push.py.
 """
 
 import hashlib
@@ -15,20 +15,20 @@ import time
 
 import pytest
 from helpers.hub_server import Repo, run_client
+from helpers.pulls import PULL_WITHOUT_PACKAGE, SENTENCES, local_generate, local_translations, weight_digests
 from helpers.training_setup import checkpoint_with_results
 from helpers.training_setup import command as command_of
 from safetensors.torch import load_file, save_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import modeling_vaswani  # noqa: F401  (registers the model and the pipeline in this process)
 from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
 from modeling_vaswani.toolkit.checkpoints import validate_checkpoint
 from modeling_vaswani.toolkit.hub.push import render_model_card
 
-pytestmark = pytest.mark.slow  # pushes, trains and pulls through subprocesses
+pytestmark = pytest.mark.slow  # pushes and pulls through subprocesses
 
 REPO_ID = "user/vaswani-tiny"
-SENTENCES = ["A man in a blue shirt is riding a bike.", "Two dogs play.", "A girl in a red dress sings on a stage."]
 EXPECTED_FILES = {
     ".gitattributes",
     "README.md",
@@ -41,43 +41,6 @@ EXPECTED_FILES = {
     "vaswani_push.json",  # what the push uploaded, for the next push to replace
     *PAYLOAD_FILES,  # the model's code, the pipeline's, and what they import
 }
-
-# Loads a repository where the package cannot be imported: everything must come from the repository's remote code.
-PULL_WITHOUT_PACKAGE = """
-import hashlib, json, sys
-sys.modules["modeling_vaswani"] = None
-from huggingface_hub import HfApi, hf_hub_download
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
-
-repo, sentences, with_pipeline = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "pipeline"
-model = AutoModelForSeq2SeqLM.from_pretrained(repo, trust_remote_code=True).eval()
-tokenizer = AutoTokenizer.from_pretrained(repo, trust_remote_code=True)
-batch = tokenizer(sentences, return_tensors="pt", padding=True)
-translator = pipeline("vaswani-translation", model=repo, trust_remote_code=True) if with_pipeline else None
-print(json.dumps({
-    "files": HfApi().list_repo_files(repo),
-    "config": json.load(open(hf_hub_download(repo, "config.json"))),
-    "card": open(hf_hub_download(repo, "README.md"), encoding="utf-8").read(),
-    "modules": [type(model).__module__, type(translator).__module__],
-    "weights": {k: hashlib.sha256(v.numpy().tobytes()).hexdigest() for k, v in model.state_dict().items()},
-    "generated": model.generate(**batch, paper_decoding=True).tolist(),
-    "translations": translator(sentences, batch_size=2) if with_pipeline else None,
-}))
-"""
-
-
-def weight_digests(model) -> dict:
-    return {name: hashlib.sha256(tensor.numpy().tobytes()).hexdigest() for name, tensor in model.state_dict().items()}
-
-
-def local_generate(folder) -> list:
-    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
-    batch = AutoTokenizer.from_pretrained(folder)(SENTENCES, return_tensors="pt", padding=True)
-    return model.generate(**batch, paper_decoding=True).tolist()
-
-
-def local_translations(folder) -> list:
-    return pipeline("vaswani-translation", model=str(folder))(SENTENCES, batch_size=2)
 
 
 def script(name: str, *arguments, env):
@@ -237,32 +200,6 @@ def test_killed_push_keeps_the_last_commit_and_a_retry_uploads_only_the_changed_
     tree = hub.commit(hub_server.head(REPO_ID, "retry"))["tree"]
     assert tree["model.safetensors"]["lfs"]["oid"] == new_weights
     assert hub.commit(hub_server.head(REPO_ID))["tree"]["model.safetensors"] != tree["model.safetensors"], "main kept"
-
-
-def test_trainer_push_to_hub_loads_without_the_package(hub_server, checkpoint, env, tmp_path):
-    run = tmp_path / "run"
-    script(
-        "train", "--model_name_or_path", checkpoint, "--output_dir", run, "--max_steps", 2,
-        "--save_steps", 2, "--average_last_checkpoints", 1, "--report_to", "none",
-        "--max_train_samples", 100, "--max_eval_samples", 4,
-        "--max_tokens", 600, "--disable_tqdm", "true",
-        "--push_to_hub", "--hub_model_id", "user/vaswani-trainer",
-        env=env,
-    )  # fmt: skip
-    output = run / "averaged"  # the final model, which vaswani-train --push_to_hub pushes as vaswani-push does
-    remote = run_client(
-        PULL_WITHOUT_PACKAGE, env, "user/vaswani-trainer", json.dumps(SENTENCES), "pipeline", timeout=180
-    )
-    code = {"configuration_vaswani.py", "modeling_vaswani.py", "pipeline_vaswani.py"}
-    assert {"config.json", "model.safetensors", *code} <= set(remote["files"])
-    assert remote["modules"][1].startswith("transformers_modules.")
-    assert remote["translations"] == local_translations(output)
-    assert remote["config"]["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_vaswani.VaswaniForConditionalGeneration"
-    assert remote["modules"][0].startswith("transformers_modules.")
-    trained = AutoModelForSeq2SeqLM.from_pretrained(output)
-    assert remote["weights"] == weight_digests(trained)
-    assert remote["weights"] != weight_digests(AutoModelForSeq2SeqLM.from_pretrained(checkpoint)), "it trained"
-    assert remote["generated"] == local_generate(output)
 
 
 # vaswani-push run on each folder in turn, in one process: its exit code and what it printed to stderr.

@@ -2,17 +2,21 @@
 its files alone and each printed, never the Trainer's push of the whole output_dir; a repository id, login or
 hub_strategy that could not be honoured refused before any work.
 
-Against the project's Hub server on 127.0.0.1 (real HTTP), the command run in this process.
+Against the project's Hub server on 127.0.0.1 (real HTTP), the command run in this process; the pushed model pulled
+in a fresh process where the package cannot be imported, as a user without it loads it.
 """
 
+import json
 import string
 
 import huggingface_hub
 import pytest
-from helpers.hub_server import Repo
+from helpers.hub_server import Repo, run_client
+from helpers.pulls import PULL_WITHOUT_PACKAGE, SENTENCES, local_generate, local_translations, weight_digests
 from helpers.training_setup import run_command, tiny_checkpoint
 from hypothesis import given
 from hypothesis import strategies as st
+from transformers import AutoModelForSeq2SeqLM
 
 from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
 from modeling_vaswani.toolkit.cli import ablate as ablate_command
@@ -53,8 +57,10 @@ def pushed_lines(out: str) -> set[str]:
     return {line.removeprefix("pushing ") for line in out.splitlines() if line.startswith("pushing ")}
 
 
-@pytest.mark.slow  # trains two steps, averages, translates and pushes: over 5 s on 2 busy cores
-def test_push_to_hub_pushes_the_final_model_alone_and_prints_it(checkpoint, hub, tmp_path, capsys):
+@pytest.mark.slow  # trains two steps, averages, translates, pushes and pulls: over 5 s on 2 busy cores
+def test_push_to_hub_pushes_the_final_model_alone_and_prints_it_and_it_loads_without_the_package(
+    checkpoint, hub, hub_env, tmp_path, capsys
+):  # fmt: skip
     output = tmp_path / "run"
     argv = ["--model_name_or_path", checkpoint, "--output_dir", output, *RUN]
     code, out, err = run_command(train_command, [*argv, "--push_to_hub", "--hub_model_id", "user/train-push"], capsys)
@@ -67,6 +73,17 @@ def test_push_to_hub_pushes_the_final_model_alone_and_prints_it(checkpoint, hub,
     assert pushed_lines(out) == MODEL_FILES | PUSH_FILES
     assert hub.head("user/train-push") and len(hub.uploaded_paths("user/train-push")) == 1, "one commit, at the end"
     assert out.strip().splitlines()[-1].endswith("/user/train-push")
+
+    remote = run_client(
+        PULL_WITHOUT_PACKAGE, hub_env, "user/train-push", json.dumps(SENTENCES), "pipeline", timeout=180
+    )
+    assert all(module.startswith("transformers_modules.") for module in remote["modules"]), remote["modules"]
+    assert remote["config"]["auto_map"]["AutoModelForSeq2SeqLM"] == "modeling_vaswani.VaswaniForConditionalGeneration"
+    final = output / "averaged"  # what --push_to_hub pushes, as vaswani-push does
+    assert remote["weights"] == weight_digests(AutoModelForSeq2SeqLM.from_pretrained(final))
+    assert remote["weights"] != weight_digests(AutoModelForSeq2SeqLM.from_pretrained(checkpoint)), "it trained"
+    assert remote["generated"] == local_generate(final)
+    assert remote["translations"] == local_translations(final)
 
 
 @pytest.mark.slow  # trains, averages, translates and pushes twice
