@@ -75,5 +75,13 @@ RULES = {
 
 def check_arguments(**arguments) -> dict:
     """`arguments`, each checked by the rule of its name (RULES) and given back as it is to be used (a glossary dict
-    as a Glossary, a language without surrounding spaces). A name without a rule is a bug here, not the caller's."""
-    return {name: RULES[name](name, value) for name, value in arguments.items()}
+    as a Glossary, a language without surrounding spaces). A refusal's `field` is the argument's name, as a
+    request's refusals name theirs (request.py). A name without a rule is a bug here, not the caller's."""
+    checked = {}
+    for name, value in arguments.items():
+        try:
+            checked[name] = RULES[name](name, value)
+        except ValueError as error:
+            error.field = name
+            raise
+    return checked

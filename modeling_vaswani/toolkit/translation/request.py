@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from .arguments import check_arguments, count, markup_format, optional_count
-from .engines import CAPABILITIES, Engine
+from .engines import CAPABILITIES, Engine, engine_of
 from .errors import RequestError, shown
 from .terminology import Glossary
 
@@ -132,7 +132,7 @@ def rule_checked(request: TranslationRequest, spelling: Spelling) -> dict:
         try:
             value = getattr(request, name)
             values[name] = rule(name, value) if rule else check_arguments(**{name: value})[name]
-        except ValueError as error:  # arguments' rules name the argument (a TypeError stays one); a command, its flag
+        except ValueError as error:  # with its `field`; a TypeError stays one, save for a command's (its flags')
             if spelling.flags:
                 raise RequestError(str(error), name) from None
             error.field = name
@@ -241,11 +241,15 @@ def translate_request(model, tokenizer, request: TranslationRequest, **generate_
     """`request`'s texts translated by `model`, one output a text, by the function its options choose: with markup,
     `documents.translate_markup` (a str a document); with alignments, `alignment.translate_aligned` (an
     AlignedTranslation a line); with `nbest`, `translate.translate_nbest` (a list of Hypothesis a line); else
-    `translate.translate` (a str a line). Each checks the request again, for the loaded model's engine and beam.
+    `translate.translate` (a str a line), after the request's check for the loaded model's engine and beam.
     `generate_kwargs`: generate()'s own beyond the request (an ensemble's other models, stopping criteria)."""
     from .alignment import translate_aligned  # they import this module for the check: imported once it has loaded
     from .documents import translate_markup
     from .translate import translate, translate_nbest
+
+    beams = None if request.num_beams or request.nbest is None else model.generation_config.num_beams
+    models = 1 + len(generate_kwargs.get("ensemble") or ())
+    request = replace(request, models=models).check(engine_of(model), beams)
 
     limits = {name: value for name in ("num_beams", "max_new_tokens") if (value := getattr(request, name)) is not None}
     options = {

@@ -3,7 +3,7 @@ field, in the library's spelling and in a command's; the engines asked what they
 the package; and, over combinations of options, a translation or a refusal naming a field, never a traceback."""
 
 import re
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -11,11 +11,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import modeling_vaswani
+from modeling_vaswani.toolkit.translation.alignment import AlignedTranslation, translate_aligned
+from modeling_vaswani.toolkit.translation.documents import translate_markup
 from modeling_vaswani.toolkit.translation.engines import ENGINES, CTranslate2, PyTorch, engine_for
 from modeling_vaswani.toolkit.translation.errors import InputError
-from modeling_vaswani.toolkit.translation.request import Spelling, TranslationRequest
+from modeling_vaswani.toolkit.translation.request import Spelling, TranslationRequest, translate_request
 from modeling_vaswani.toolkit.translation.terminology import Glossary
-from modeling_vaswani.toolkit.translation.translate import translate, translate_nbest
+from modeling_vaswani.toolkit.translation.translate import Hypothesis, translate, translate_nbest
 
 FLAGS = Spelling(flags=True, names={"language": "source_lang", "target_prefixes": "target_prefix"})
 FIELDS = {each.name for each in fields(TranslationRequest)}
@@ -195,3 +197,22 @@ def test_every_combination_gets_a_translation_or_a_refusal_naming_a_field(loaded
         assert field in FIELDS or re.search(r"\b(num_beams|max_new_tokens|target_prefix|alignments)", str(refused))
         return
     assert len(got) == 1
+
+
+def test_a_request_is_translated_by_the_function_its_options_choose(loaded):
+    """translate_request, the one dispatch the command and the evaluation use: each kind of request answered as the
+    library function of its kind answers the same options."""
+    model, tokenizer = loaded
+    texts, fast = ["A man rides a bike. A dog runs."], {"max_new_tokens": 4, "progress": False}
+    plain = TranslationRequest(texts=texts, **fast)
+    assert translate_request(model, tokenizer, plain) == translate(model, tokenizer, texts, **fast)
+    lists = translate_request(model, tokenizer, replace(plain, texts=["A man."], nbest=2, num_beams=2))
+    assert [[type(h) for h in hypotheses] for hypotheses in lists] == [[Hypothesis, Hypothesis]]
+    assert lists == translate_nbest(model, tokenizer, ["A man."], 2, num_beams=2, **fast)
+    aligned = translate_request(model, tokenizer, replace(plain, alignments=True))
+    assert [type(line) for line in aligned] == [AlignedTranslation]
+    assert aligned == translate_aligned(model, tokenizer, texts, **fast)
+    marked = translate_request(model, tokenizer, replace(plain, texts=["<b>A</b> man."], format="xml-inline"))
+    assert marked == translate_markup(model, tokenizer, ["<b>A</b> man."], "xml-inline", **fast)
+    with pytest.raises(InputError, match="alignments=True with nbest=2"):
+        translate_request(model, tokenizer, replace(plain, alignments=True, nbest=2))
