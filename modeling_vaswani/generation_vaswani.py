@@ -4,12 +4,13 @@
 output length during inference to input length + 50, but terminate early when possible."
 
 This module is the glue: generate()'s input checks (both decoding modes) and `paper_search`, which runs the search of
-search_vaswani.py (or the one-beam loop of decoding_vaswani.py), with guidance_vaswani.py's target prefixes and
-ensembles. Payload: travels flat beside modeling_vaswani.py as remote code, so it imports only torch, transformers
-and its siblings. `generate` runs `paper_search` through its public `custom_generate` argument:
-transformers prepares the inputs, the generation config, the logits processors and the stopping criteria, and the loop
-calls the model's forward and reorders the cache through public methods only. transformers' beam search ranks
-finished hypotheses by log P(Y|X) / |Y|^alpha, and none of its public hooks can change that into GNMT's ranking.
+search_vaswani.py (or the one-beam loop of decoding_vaswani.py), with guidance_vaswani.py's target prefixes,
+ensembles and phrases to avoid, and constraints_vaswani.py's phrases to hold. Payload: travels flat beside
+modeling_vaswani.py as remote code, so it imports only torch, transformers and its siblings. `generate` runs
+`paper_search` through its public `custom_generate` argument: transformers prepares the inputs, the generation
+config, the logits processors and the stopping criteria, and the loop calls the model's forward and reorders the
+cache through public methods only. transformers' beam search ranks finished hypotheses by log P(Y|X) / |Y|^alpha, and
+none of its public hooks can change that into GNMT's ranking.
 """
 
 import copy
@@ -27,20 +28,19 @@ from transformers.generation import (
     StoppingCriteriaList,
 )
 
+from .constraints_vaswani import DynamicBeamAllocation, check_constraints
 from .decoding_vaswani import DecoderSteps, Recorder, default_synced_gpus, eos_token_ids, greedy_search, may_shrink
 from .guidance_vaswani import (
     AvoidPhrases,
     EnsembleSteps,
-    LexicalConstraints,
     TargetPrefix,
     check_avoid,
-    check_constraints,
     check_ensemble,
     check_target_prefix,
     is_int,
     with_processor,
 )
-from .search_vaswani import MaxLengthPerSentence, beam_search, sentence_limits
+from .search_vaswani import MaxLengthPerSentence, TopK, beam_search, sentence_limits
 
 
 def check_no_empty_rows(attention_mask: torch.Tensor) -> None:
@@ -230,22 +230,21 @@ def paper_search(
         if generation_config.num_beams == 1:  # it ranks finished hypotheses, which generate() gives greedy search none
             generation_config = copy.deepcopy(generation_config)
             generation_config.length_penalty = ranking_alpha
-        found = LexicalConstraints(constraints, generation_config.num_beams, eos_token_ids(generation_config))
-        return beam_search(
-            input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, shrinks,
-            found,
-        )  # fmt: skip
-    if generation_config.num_beams > 1:
+        selection = DynamicBeamAllocation(constraints, TopK.of(generation_config), eos_token_ids(generation_config))
+    elif generation_config.num_beams > 1:
         if streamer is not None:
             raise ValueError(
                 "paper_decoding: a streamer needs num_beams=1; beam search's hypotheses change until the end"
             )
-        return beam_search(
-            input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, shrinks
-        )
-    return greedy_search(
-        input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, streamer,
-        shrinks,
+        selection = TopK.of(generation_config)
+    else:
+        return greedy_search(
+            input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, streamer,
+            shrinks,
+        )  # fmt: skip
+    return beam_search(
+        input_ids, logits_processor, stopping_criteria, generation_config, steps, recorder, synced_gpus, shrinks,
+        selection,
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ PAYLOAD_FILES = (
     "search_vaswani.py",
     "decoding_vaswani.py",
     "guidance_vaswani.py",
+    "constraints_vaswani.py",
     "compat_vaswani.py",
     "kernels_vaswani.py",
     "remote_code_vaswani.py",

@@ -3,11 +3,15 @@
 "We used beam search with a beam size of 4 and length penalty alpha = 0.6 (GNMT, Wu et al. 2016) ... set the maximum
 output length during inference to input length + 50, but terminate early when possible."
 
-Here: GNMT's length penalty (`gnmt_length_penalty`), the output-length rule (`output_room`, `sentence_limits`,
-`MaxLengthPerSentence`) and the search (`beam_search`); the loop's machinery (the model's forward, recording,
-lock-step, sentences leaving the batch) is decoding_vaswani.py's. Payload: imports only torch, transformers and its
+Here: GNMT's length penalty (`gnmt_length_penalty`), the output-length rule (`max_output_length`, `sentence_limits`,
+`MaxLengthPerSentence`), the search (`beam_search`) and its selection of each step (`TopK`, Section 6.1's beam), as
+fairseq keeps fairseq/search.py's strategies apart from the generator that calls them; the selection where phrases
+must be held is constraints_vaswani.py's, and the loop's machinery (the model's forward, recording, lock-step,
+sentences leaving the batch) decoding_vaswani.py's. Payload: imports only torch, transformers and its
 siblings.
 """
+
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -22,8 +26,8 @@ logger = logging.get_logger(__name__)
 # What transformers' beam search gives a hypothesis that may not be chosen; kept so that scores and tokens are the same
 # as those of the beam search this loop replaced.
 EXCLUDED = -1.0e9
-# What a finished hypothesis missing a phrase of its constraints loses in rank (not in score): any that holds them all
-# ranks above it, and it above none.
+# What a finished hypothesis missing some of its guidance (a phrase of its constraints) loses in rank (not in score):
+# any that holds it all ranks above it, and it above none.
 UNSATISFIED = -1.0e6
 
 
@@ -90,51 +94,104 @@ def gather_beams(tensor: torch.Tensor, indices: torch.Tensor) -> torch.Tensor:
     return torch.take_along_dim(tensor, indices, dim=1)
 
 
-def beam_step(log_probs: torch.Tensor, running_scores: torch.Tensor, candidates: int, do_sample: bool):
-    """One step of the search (fairseq's `BeamSearch.step`): each sentence's `candidates` likeliest continuations over
-    all its k live hypotheses, ranked by log P (sampled in proportion to P under `do_sample`). `log_probs`: the next
-    token's log-probabilities, k rows a sentence; `running_scores`: (sentences, k) log P of the live hypotheses.
-    Returns each continuation's log P, the beam it continues and its token, each (sentences, candidates)."""
-    searching, k = running_scores.shape
-    totals = (log_probs.view(searching, k, -1) + running_scores[:, :, None]).view(searching, -1)
-    if do_sample:
-        chosen = torch.multinomial(nn.functional.softmax(totals, dim=-1), num_samples=candidates)
-        chosen_scores = torch.gather(totals, 1, chosen)
-    else:
-        chosen_scores, chosen = torch.topk(totals, k=candidates)
-    vocab_size = totals.shape[-1] // k
-    return chosen_scores, chosen // vocab_size, chosen % vocab_size
+class Candidates(NamedTuple):
+    """A step's candidates, each (sentences, width): their log P, the live hypothesis (`beam`) each continues and its
+    `token`; and `standing`, what the selection that proposed them knows of each (None for `TopK`)."""
+
+    scores: torch.Tensor
+    beam: torch.Tensor
+    token: torch.Tensor
+    standing: list | None = None
+
+
+class Choice(NamedTuple):
+    """What a selection decides at a step, over the step's candidates (sentences, width): `keep`, the k of each
+    sentence that live on (indices, sentences x k); `may_finish`, those that join the finished hypotheses if they end;
+    `complete`, those that hold all their guidance (finished ones that do rank above those that do not); `state`, what
+    the selection carries to the next step."""
+
+    keep: torch.Tensor
+    may_finish: torch.Tensor
+    complete: torch.Tensor
+    state: object
+
+
+class TopK:
+    """Section 6.1's beam, the selection `beam_search` makes without guidance (fairseq's `BeamSearch`): each
+    sentence's `candidates` likeliest continuations over all its k live hypotheses, ranked by log P (sampled in
+    proportion to P under `do_sample`); the k likeliest that do not end live on, and those of the first k that end
+    finish. It carries nothing from one step to the next.
+
+    A selection's methods, which `beam_search` calls at every step without knowing which selection runs: `restrict`
+    (log-probabilities ruled out before any choice), `propose` (the candidates), `choose` (what lives on and what may
+    finish), and `select` (what it carries, kept for the sentences still searching); `start` gives what it carries
+    into the first step."""
+
+    def __init__(self, k: int, candidates: int, do_sample: bool):
+        self.k, self.candidates, self.do_sample = k, candidates, do_sample
+
+    @classmethod
+    def of(cls, config) -> "TopK":
+        """k = `num_beams`, and 2k candidates (k more per extra end-of-sentence id): enough for k live ones if k of
+        them end."""
+        k = config.num_beams
+        return cls(k, max(2, 1 + len(eos_token_ids(config))) * k, config.do_sample)
+
+    def start(self) -> None:
+        return None
+
+    def select(self, state: None, sentences: torch.Tensor) -> None:
+        return state
+
+    def restrict(self, log_probs: torch.Tensor, state: None) -> torch.Tensor:
+        return log_probs
+
+    def propose(self, log_probs: torch.Tensor, running_scores: torch.Tensor, state: None) -> Candidates:
+        """`log_probs`: the next token's log-probabilities, k rows a sentence; `running_scores`: (sentences, k) log P
+        of the live hypotheses."""
+        searching, k = running_scores.shape
+        totals = (log_probs.view(searching, k, -1) + running_scores[:, :, None]).view(searching, -1)
+        if self.do_sample:
+            flat = torch.multinomial(nn.functional.softmax(totals, dim=-1), num_samples=self.candidates)
+            scores = torch.gather(totals, 1, flat)
+        else:
+            scores, flat = torch.topk(totals, k=self.candidates)
+        vocab_size = totals.shape[-1] // k
+        return Candidates(scores, flat // vocab_size, flat % vocab_size)
+
+    def choose(self, candidates: Candidates, live_scores: torch.Tensor, state: None) -> Choice:
+        """`live_scores`: the candidates' log P, EXCLUDED where they end."""
+        may_finish = self.first_k(live_scores)
+        return Choice(torch.topk(live_scores, k=self.k)[1], may_finish, torch.ones_like(may_finish), None)
+
+    def first_k(self, scores: torch.Tensor) -> torch.Tensor:
+        """Whether each candidate is among the k likeliest of its sentence (candidates come likeliest first)."""
+        return (torch.arange(scores.shape[1], device=scores.device) < self.k)[None, :].expand(scores.shape)
 
 
 def beam_search(
-    input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, shrinks, constraints=None
+    input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, shrinks, selection
 ):
     """Section 6.1's beam search: k = `num_beams` live hypotheses per sentence; a finished one (ended by an
     end-of-sentence token or a stopping criterion, such as the length limit) scores log P(Y|X) / lp(Y), GNMT's
     penalty with alpha = `length_penalty`, |Y| counting its end token.
 
-    At each step a sentence's 2k likeliest continuations (k more per extra end-of-sentence id) are ranked by
-    log P; those of the first k that finish join the sentence's k best finished hypotheses, and the k likeliest that
-    do not finish live on. A sentence's search ends when no live hypothesis can beat its k-th best finished one:
-    log-probabilities only fall as a hypothesis grows and lp(Y) only grows (alpha >= 0), so the best a live one can
-    reach is its log P now over lp at the longest length its sentence allows (tensor2tensor's bound, with each
-    sentence's own limit). Ties go as torch.topk orders them. These are transformers' beam search's rules
-    (`early_stopping` too), with GNMT's ranking in place of |Y|^alpha; the loop replaced one that hooked into that
-    beam search, and gives its tokens and scores.
+    At each step `selection` (`TopK`, Section 6.1's beam; constraints_vaswani.DynamicBeamAllocation where phrases must
+    be held) proposes each sentence's candidates and chooses the k that live on among those that do not end; those
+    it lets finish join the sentence's k best finished hypotheses, those holding all their guidance first. A
+    sentence's search ends when no live hypothesis can beat its k-th best finished one: log-probabilities only fall as
+    a hypothesis grows and lp(Y) only grows (alpha >= 0), so the best a live one can reach is its log P now over lp
+    at the longest length its sentence allows (tensor2tensor's bound, with each sentence's own limit). Ties go as
+    torch.topk orders them. These are transformers' beam search's rules (`early_stopping` too), with GNMT's ranking
+    in place of |Y|^alpha; the loop replaced one that hooked into that beam search, and gives its tokens and scores.
 
     Where `shrinks`, a sentence whose search has ended leaves the batch (as in CTranslate2): its finished hypotheses
     are final by then, and the steps after compute only the sentences still searching.
-
-    `constraints` (guidance_vaswani.LexicalConstraints): phrases each translation must hold. Then a hypothesis may end
-    only once it holds them all (or at its length limit), the candidates widen, the k that live on are chosen by
-    dynamic beam allocation (Post and Vilar 2018), and finished hypotheses that hold them all rank above those that do
-    not (which only a length limit ends).
     """
     k = config.num_beams
     sentences, cur_len = input_ids.shape[0] // k, input_ids.shape[1]
     prompt_len, max_length, alpha = cur_len, config.max_length, config.length_penalty
     device = input_ids.device
-    candidates = max(2, 1 + len(eos_token_ids(config))) * k  # enough for k live ones if k of them finish
     stops_when_full = config.early_stopping is True  # k finished hypotheses end a sentence, better or not
 
     running = torch.full((sentences, k, max_length), fill_token_id(config), dtype=torch.int64, device=device)
@@ -145,7 +202,7 @@ def beam_search(
     running_scores[:, 1:] = EXCLUDED
     finished_scores = torch.full((sentences, k), EXCLUDED, dtype=torch.float, device=device)
     is_finished = torch.zeros((sentences, k), dtype=torch.bool, device=device)
-    finished_ok = torch.ones((sentences, k), dtype=torch.bool, device=device)  # holds its constraints' phrases
+    finished_complete = torch.ones((sentences, k), dtype=torch.bool, device=device)  # holds all its guidance
     can_improve = torch.ones((sentences, 1), dtype=torch.bool, device=device)
     # Per hypothesis and step, the row (sentence * k + beam) it continued: `beam_indices` of generate's output.
     running_origins = torch.full((sentences, k, max_length - cur_len), -1, dtype=torch.int32, device=device)
@@ -157,6 +214,7 @@ def beam_search(
     # The sentences still in the batch (their numbers in the whole batch), and the results of those that left it.
     active = torch.arange(sentences, device=device)
     results = None
+    state = selection.start()
 
     done = False
     while peers_unfinished(done, synced_gpus, device):
@@ -166,63 +224,49 @@ def beam_search(
             continue  # forward only, in step with the other processes
         logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
         log_probs = logits_processor(hypotheses, nn.functional.log_softmax(logits, dim=-1))
-        if constraints is not None:
-            log_probs = constraints.forbid_unready_ends(log_probs)
+        log_probs = selection.restrict(log_probs, state)
         recorder.add(outputs, logits, log_probs)
         del outputs
 
-        # The 2k likeliest continuations of each sentence, over all its beams.
         searching = running.shape[0]
-        chosen_scores, beam, token = beam_step(log_probs, running_scores, candidates, config.do_sample)
-        if constraints is not None:
-            chosen_scores, beam, token = constraints.widen(
-                log_probs, running_scores, chosen_scores, beam, token, EXCLUDED
-            )
-            progress = constraints.candidates_progress(beam, token)
-        extended = gather_beams(running, beam)
-        extended[:, :, cur_len] = token
-        extended_origins = gather_beams(running_origins, beam)
-        extended_origins[:, :, cur_len - prompt_len] = beam + active[:, None] * k
-        width = chosen_scores.shape[1]  # 2k, or more with constraints
+        candidates = selection.propose(log_probs, running_scores, state)
+        extended = gather_beams(running, candidates.beam)
+        extended[:, :, cur_len] = candidates.token
+        extended_origins = gather_beams(running_origins, candidates.beam)
+        extended_origins[:, :, cur_len - prompt_len] = candidates.beam + active[:, None] * k
+        width = candidates.scores.shape[1]
         ends = stopping_criteria(extended[:, :, : cur_len + 1].reshape(searching * width, -1), recorder.scores)
         ends = ends.view(searching, width)
 
-        # The k likeliest that do not end live on (with constraints, k chosen by dynamic beam allocation).
-        live_scores = chosen_scores + ends.to(torch.float32) * EXCLUDED
-        if constraints is None:
-            keep = torch.topk(live_scores, k=k)[1]
-        else:
-            keep = constraints.choose(live_scores, progress, k, EXCLUDED)
-        running = gather_beams(extended, keep)
-        running_scores = gather_beams(live_scores, keep)
-        running_origins = gather_beams(extended_origins, keep)
+        live_scores = candidates.scores + ends.to(torch.float32) * EXCLUDED
+        choice = selection.choose(candidates, live_scores, state)
+        state = choice.state
+        running = gather_beams(extended, choice.keep)
+        running_scores = gather_beams(live_scores, choice.keep)
+        running_origins = gather_beams(extended_origins, choice.keep)
 
-        # Those of the first k that end compete, by GNMT's score, with the sentence's k best finished ones.
-        finish_now = ends & (torch.arange(width, device=device) < k)[None, :]
-        if constraints is not None:  # and, where a sentence has phrases, every candidate that ends holding them all
-            finish_ok = constraints.satisfied(progress, device)
-            finish_now |= ends & finish_ok & constraints.bound(device)[:, None]
-        finish_scores = chosen_scores / gnmt_length_penalty(cur_len + 1 - prompt_len, alpha)
+        # Those the selection lets finish compete, by GNMT's score, with the sentence's k best finished ones.
+        finish_now = ends & choice.may_finish
+        finish_scores = candidates.scores / gnmt_length_penalty(cur_len + 1 - prompt_len, alpha)
         finish_scores += (torch.all(is_finished, dim=-1, keepdim=True) & stops_when_full).to(torch.float32) * EXCLUDED
         finish_scores += (~can_improve).to(torch.float32) * EXCLUDED
         finish_scores += (~finish_now) * EXCLUDED
         ranks = torch.cat((finished_scores, finish_scores), dim=1)
-        if constraints is not None:  # those holding every phrase first
-            ranks = ranks + (~torch.cat((finished_ok, finish_ok), dim=1)) * UNSATISFIED
+        ranks = ranks + (~torch.cat((finished_complete, choice.complete), dim=1)) * UNSATISFIED
         best = torch.topk(ranks, k=k)[1]
         finished = gather_beams(torch.cat((finished, extended), dim=1), best)
         finished_scores = gather_beams(torch.cat((finished_scores, finish_scores), dim=1), best)
         finished_origins = gather_beams(torch.cat((finished_origins, extended_origins), dim=1), best)
         is_finished = gather_beams(torch.cat((is_finished, finish_now), dim=1), best)
-        if constraints is not None:
-            finished_ok = gather_beams(torch.cat((finished_ok, finish_ok), dim=1), best)
+        finished_complete = gather_beams(torch.cat((finished_complete, choice.complete), dim=1), best)
 
         # The cache follows the chosen beams: rows numbered in the batch as it is now.
-        steps.reorder((torch.arange(searching, device=device)[:, None] * k + gather_beams(beam, keep)).flatten())
+        rows = torch.arange(searching, device=device)[:, None] * k + gather_beams(candidates.beam, choice.keep)
+        steps.reorder(rows.flatten())
         cur_len += 1
 
         best_reachable = running_scores[:, :1] / best_reachable_penalty
-        counted = is_finished if constraints is None else is_finished & finished_ok  # a miss beats no live one
+        counted = is_finished & finished_complete  # one missing its guidance beats no live one
         worst_finished = torch.where(counted, torch.min(finished_scores, dim=1, keepdim=True)[0], EXCLUDED)
         can_improve = can_improve & torch.any(best_reachable > worst_finished, dim=-1, keepdim=True)
         full = torch.all(counted, dim=1) & stops_when_full
@@ -243,12 +287,11 @@ def beam_search(
         if done:
             break
         leave_batch(kept, k, steps, stopping_criteria, logits_processor)
-        if constraints is not None:
-            constraints.select(kept)
+        state = selection.select(state, kept)
         active = active[kept]
         running, running_scores, running_origins = running[kept], running_scores[kept], running_origins[kept]
         finished, finished_scores, finished_origins = finished[kept], finished_scores[kept], finished_origins[kept]
-        is_finished, can_improve, finished_ok = is_finished[kept], can_improve[kept], finished_ok[kept]
+        is_finished, can_improve, finished_complete = is_finished[kept], can_improve[kept], finished_complete[kept]
         if best_reachable_penalty.shape[0] > 1:
             best_reachable_penalty = best_reachable_penalty[kept]
 

@@ -2,7 +2,7 @@
 tests: one sentence at a time in plain Python, no cache, the decoder recomputed for every hypothesis at every step,
 and a hypothesis's standing against its phrases read from its tokens (does it hold the phrase, which endings begin
 one), never tracked step by step as the package does. Its rules are those `search_vaswani.beam_search` and
-`guidance_vaswani.LexicalConstraints` state:
+`constraints_vaswani.DynamicBeamAllocation` state:
 
 - a hypothesis that does not hold all its phrases may not end (</s> ruled out), but its length limit ends it;
 - the candidates: the 2k likeliest continuations of the k live hypotheses (by log P), then, where the sentence has

@@ -1,10 +1,10 @@
 """A second implementation of Section 6.1's search, written for the tests: one sentence at a time in plain Python, no
 cache, the whole decoder recomputed for every hypothesis at every step, hypotheses ranked by log P(Y|X) / lp(Y) with
-GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha. Its rules are those `beam_search`'s docstring states: the 2k likeliest
-continuations (by log P) of the k live hypotheses; of those, the ones among the first k that end (</s>, or the
-sentence's length limit) join the finished ones, and the k likeliest that do not end live on; a sentence ends when no
-live hypothesis can beat its k-th best finished one, even at its longest length allowed; with one beam, the likeliest
-token at each step. Also the tiny random models and random cases the paper-decoding tests run it on."""
+GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha. Its rules are those `beam_search`'s and `TopK`'s docstrings state: the 2k
+likeliest continuations (by log P) of the k live hypotheses; of those, the ones among the first k that end (</s>, or
+the sentence's length limit) join the finished ones, and the k likeliest that do not end live on; a sentence ends
+when no live hypothesis can beat its k-th best finished one, even at its longest length allowed; with one beam, the
+likeliest token at each step. Also the tiny random models and random cases the paper-decoding tests run it on."""
 
 import random
 from types import SimpleNamespace

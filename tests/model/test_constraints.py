@@ -18,8 +18,8 @@ from helpers.reference_search import (
 )
 from helpers.tiny_models import EOS, PAD, padded_batch
 
+from modeling_vaswani.constraints_vaswani import Progress, advance, allocate
 from modeling_vaswani.decoding_vaswani import DecoderSteps
-from modeling_vaswani.guidance_vaswani import Progress, advance, allocate
 
 VOCAB = 61
 

@@ -147,7 +147,8 @@ def test_the_payload_overrides_no_private_method_of_transformers():
         assert overridden <= allowed, f"{ours.__name__} overrides {sorted(overridden - allowed)}"
     # transformers' beam search calls a model's `_reorder_cache` where there is one, instead of the cache's own.
     assert not hasattr(VaswaniForConditionalGeneration, "_reorder_cache")
-    for module in ("generation_vaswani", "search_vaswani", "decoding_vaswani", "guidance_vaswani", "pipeline_vaswani"):
+    searching = ("generation", "search", "decoding", "guidance", "constraints", "pipeline")
+    for module in (f"{name}_vaswani" for name in searching):
         source = inspect.getsource(__import__(f"modeling_vaswani.{module}", fromlist=["_"]))
         for name in dir(GenerationMixin) + dir(Pipeline):
             if name.startswith("_") and not name.startswith("__"):
