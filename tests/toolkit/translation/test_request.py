@@ -199,6 +199,7 @@ def test_every_combination_gets_a_translation_or_a_refusal_naming_a_field(loaded
     assert len(got) == 1
 
 
+@pytest.mark.slow  # five translations and their references: 13 s on 2 busy cores
 def test_a_request_is_translated_by_the_function_its_options_choose(loaded):
     """translate_request, the one dispatch the command and the evaluation use: each kind of request answered as the
     library function of its kind answers the same options."""
