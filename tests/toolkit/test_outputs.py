@@ -421,6 +421,29 @@ def test_a_socket_is_never_renamed_over(tmp_path):
         server.close()
 
 
+HOLDER_EXITS = textwrap.dedent(
+    """
+    import os, sys
+    from modeling_vaswani.toolkit.outputs import check_output_file
+    check_output_file(sys.argv[1], command="vaswani-test")  # its lock held until the process ends
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)  # the child's copy of the held locks is not its own to give back
+    os.waitpid(child, 0)
+    print(sorted(os.listdir(os.path.dirname(sys.argv[1]))))
+    """
+)
+
+
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): a fresh process imports transformers
+def test_a_lock_held_until_the_process_ends_is_given_back_at_its_exit_not_at_a_forked_childs(tmp_path):
+    target = tmp_path / "out.de"
+    run = subprocess.run([sys.executable, "-c", HOLDER_EXITS, str(target)], capture_output=True, text=True, env=ENV)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == str([".out.de.lock"])  # still there after the child ended
+    assert os.listdir(tmp_path) == []  # given back when the holder exited
+
+
 STDOUT_WRITER = "from modeling_vaswani.toolkit.outputs import write_text\nwrite_text('/dev/stdout', 'through\\n')\n"
 
 
