@@ -1,7 +1,9 @@
 """Train the shared source+target BPE vocabulary (Section 5.1) and save it for AutoTokenizer.
 
-Example: vaswani-train-tokenizer --files data/multi30k/train.en.gz data/multi30k/train.de.gz \
-    --vocab_size 8000 --output_dir outputs/tokenizer
+Example, in a checkout, on the shipped Multi30k's training text:
+
+    vaswani-train-tokenizer --files modeling_vaswani/toolkit/data/multi30k/train.en.gz \\
+        modeling_vaswani/toolkit/data/multi30k/train.de.gz --vocab_size 8000 --output_dir runs/tokenizer
 
 Refused before training: a file that is missing, a vocabulary size below the 260 special and byte tokens, a
 --min_frequency below 1, and an --output_dir that is a file. A file that is not UTF-8 is named with its line.

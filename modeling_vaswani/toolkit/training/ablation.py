@@ -71,6 +71,7 @@ ABLATION_DEFAULTS = {
 
 @dataclass
 class AblationArguments:
+    _argument_group_name = "the lines of Table 3"  # HfArgumentParser's title of these flags in --help
     rows: list[str] = field(
         metadata={
             "help": f"the lines of Table 3 to train, each {SYNTAX}; see modeling_vaswani/toolkit/training/ablation.py"

@@ -60,6 +60,7 @@ from ..texts import write_lines
 from ..translation.translate import translate
 from .averaging import average_checkpoints
 from .budget import plan_run
+from .flags import HELP_ALL, help_asked, project_parser, tell_complements
 from .presets import PRESETS, preset_config, preset_overrides
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
@@ -149,21 +150,33 @@ def parse_arguments(
     """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win).
 
     vaswani-train's (ModelArguments, DataArguments, VaswaniTrainingArguments); another job on the same recipe (vaswani-
-    ablate) puts its own dataclasses first (`leading`), adds its `defaults` over the preset's, names its default
-    `output_dir` (a pattern of {preset}), and may `check` the parsed flags (a namespace) before the dataclasses are
-    built, whose own checks would otherwise speak first. `adapt` is called on each argparse parser built here before
-    it parses (the commands give every float flag a finite type: `cli.arguments.finite_floats`). A flag no parser
-    knows is a usage error (argparse's, exit 2), as for every other command.
+    ablate) puts its own dataclasses first (`leading`, each titled by HfArgumentParser's `_argument_group_name`), adds
+    its `defaults` over the preset's, names its default `output_dir` (a pattern of {preset}), and may `check` the
+    parsed flags (a namespace) before the dataclasses are built, whose own checks would otherwise speak first.
+    `adapt` is called on each argparse parser built here before it parses (the commands give every float flag a
+    finite type: `cli.arguments.finite_floats`). A flag no parser knows is a usage error (argparse's, exit 2), as for
+    every other command. `--help` prints the project's flags with the preset's defaults (`flags.project_parser`),
+    `--help_all` every flag, and both exit.
     """
-    parser = HfArgumentParser((*leading, ModelArguments, DataArguments, VaswaniTrainingArguments))
-    preset_parser = HfArgumentParser(ModelArguments, add_help=False)  # --help is for the full parser below
+    parser = HfArgumentParser((*leading, ModelArguments, DataArguments, VaswaniTrainingArguments), add_help=False)
+    preset_parser = HfArgumentParser(ModelArguments, add_help=False)
     for each in (preset_parser, parser) if adapt is not None else ():
         adapt(each)
     model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if model_args.preset not in PRESETS:
         raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")
     output_dir = output_dir.format(preset=model_args.preset)
-    parser.set_defaults(**{"output_dir": output_dir, **PRESETS[model_args.preset]["training"], **(defaults or {})})
+    preset_defaults = {"output_dir": output_dir, **PRESETS[model_args.preset]["training"], **(defaults or {})}
+    parser.set_defaults(**preset_defaults)
+    tell_complements(parser)
+    asked = help_asked(argv)
+    if asked is not None:
+        groups = {job._argument_group_name: job for job in leading} | {
+            "the model": ModelArguments,
+            "the data": DataArguments,
+        }
+        (parser if asked == HELP_ALL else project_parser(groups, preset_defaults)).print_help()
+        parser.exit()
     namespace, unknown = parser.parse_known_args(argv)
     if unknown:  # HfArgumentParser would raise a ValueError of its own about them, a traceback
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")

@@ -112,8 +112,9 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     max_train_minutes: float | None = field(
         default=None,
         metadata={
-            "help": "stop training after this many minutes (a checkpoint is saved then), or at max_steps if sooner; "
-            "Equation 3 needs no total step count, so the schedule is the same; 0 sets no time limit"
+            "help": "the time budget: the machine is measured, then the schedule (max_steps, Equation 3's warmup, "
+            "the checkpoints averaged, the evaluations) fitted into this many minutes (--plan_time_budget); the "
+            "clock stops a run that falls behind its plan, saving a checkpoint; 0 sets no time limit"
         },
     )
     plan_time_budget: bool = field(
