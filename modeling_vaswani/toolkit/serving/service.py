@@ -76,8 +76,8 @@ class TranslateOptions(NamedTuple):
         return cls(*(getattr(request, name) for name in cls._fields))
 
 
-class CheckedTexts(NamedTuple):
-    """What a /translate request's checks found: the sentences to translate (with the `layout` that joins their
+class PreparedTexts(NamedTuple):
+    """What a /translate request's checks prepared: the sentences to translate (with the `layout` that joins their
     translations back, None where the texts are translated whole), their prefixes and lengths in tokens, the tokens
     each translation may have (`room`, Section 6.1's or `max_new_tokens`), and the prefixes as token ids."""
 
@@ -173,7 +173,7 @@ class TranslationService:
         check_texts(texts, "text", self.limits)
         if prefixes is not None:
             check_texts(prefixes, "target_prefix", self.limits)
-        checked = await self.on_checking_thread(self.check_request, request, name, prefixes)
+        translation_request = await self.on_checking_thread(self.check_request, request, name, prefixes)
         documents = labels = None
         if request.format != "text":  # the documents' runs of text are translated, aligned where they hold tags
             documents = await self.on_checking_thread(self.parse_documents, request, texts)
@@ -181,16 +181,18 @@ class TranslationService:
             labels = [f"text {number}" for number, document in enumerate(documents, 1) for _ in document.runs]
             texts = [run.text for run in runs]
             request = request.model_copy(update={"alignments": any(run.tags for run in runs)})
-        found = await self.on_checking_thread(self.check_translation, request, name, texts, prefixes, labels)
-        required, avoided = await self.on_checking_thread(self.check_terms, checked, name, found)
-        layout, sentences = found.layout, found.sentences
+        prepared = await self.on_checking_thread(self.check_translation, request, name, texts, prefixes, labels)
+        required, avoided = await self.on_checking_thread(self.check_phrases, translation_request, name, prepared)
+        layout, sentences = prepared.layout, prepared.sentences
         none = [None] * len(sentences)
         items = [
             Sentence(*fields)
-            for fields in zip(sentences, found.prefixes or none, required or none, avoided or none, strict=True)
+            for fields in zip(sentences, prepared.prefixes or none, required or none, avoided or none, strict=True)
         ]
         key = BatchKey("translate", name, TranslateOptions.of(request))
-        outputs = await self.batch_outputs(key, items, sum(found.source_lengths), gone) if items else []  # blank texts
+        outputs = (
+            await self.batch_outputs(key, items, sum(prepared.source_lengths), gone) if items else []
+        )  # blank texts
         pairs = None
         if request.alignments:  # (translation, pairs) a sentence; pairs in each text's word positions
             outputs, pairs = [text for text, _ in outputs], [links for _, links in outputs]
@@ -239,7 +241,7 @@ class TranslationService:
 
     def check_translation(
         self, request: TranslateRequest, name: str, texts, prefixes, labels=None
-    ) -> CheckedTexts:  # fmt: skip
+    ) -> PreparedTexts:  # fmt: skip
         """The sentences to translate (the texts, or with `split_sentences` the sentences they split into, with the
         `Layout` that joins their translations back), their prefixes, lengths and room, after the checks that
         tokenize (each once: lengths, prefixes and the room they leave), each error naming its field (and a
@@ -291,24 +293,27 @@ class TranslationService:
             ids = prefix_ids(self.checker.tokenizer(name), prefixes, lambda: room, layout)
         except InputError as refused:
             raise Refused(422, "target_prefix", str(refused)) from refused
-        return CheckedTexts(layout, sentences, prefixes, source_lengths, room, ids)
+        return PreparedTexts(layout, sentences, prefixes, source_lengths, room, ids)
 
-    def check_terms(self, request: TranslationRequest, name: str, found: CheckedTexts):
+    def check_phrases(self, request: TranslationRequest, name: str, prepared: PreparedTexts):
         """Each sentence's phrases to hold and to avoid (`terminology.sentence_terms`) of the checked `request`, after
         refusing what cannot be met, naming the field: a count other than one list a text, a phrase to avoid inside
-        one to hold, constraints longer than their sentence's room (`found.room`, with its prefix)."""
+        one to hold, constraints longer than their sentence's room (`prepared.room`, with its prefix)."""
         given = [field for field in ("constraints", "avoid", "glossary") if getattr(request, field) is not None]
         if not given:
             return None, None
         tokenizer = self.checker.tokenizer(name)
-        layout = found.layout
+        layout = prepared.layout
         try:
-            terms = (request.constraints, request.avoid, request.glossary)
-            required, avoided = sentence_terms(layout, found.sentences, *terms, tokenizer)
+            terminology = (request.constraints, request.avoid, request.glossary)
+            required, avoided = sentence_terms(layout, prepared.sentences, *terminology, tokenizer)
             if required is not None:
                 ids = phrase_ids(tokenizer, required)
                 check_room(
-                    ids, found.prefix_ids, found.room, layout.name if layout is not None else lambda n: f"text {n}"
+                    ids,
+                    prepared.prefix_ids,
+                    prepared.room,
+                    layout.name if layout is not None else lambda n: f"text {n}",
                 )
         except (InputError, ValueError) as refused:  # a TermError names its field: a clash is avoid's
             raise Refused(422, getattr(refused, "field", given[0]), str(refused)) from refused
@@ -332,7 +337,7 @@ class TranslationService:
         prefixes = None
         if any(sentence.prefix is not None for sentence in sentences):
             prefixes = [sentence.prefix or "" for sentence in sentences]
-        terms = {
+        phrases = {
             field: [getattr(sentence, field) or [] for sentence in sentences]
             for field in ("constraints", "avoid")
             if any(getattr(sentence, field) for sentence in sentences)
@@ -346,10 +351,10 @@ class TranslationService:
             settings["stopping_criteria"] = StoppingCriteriaList([stop.criteria])
         if options.nbest:
             lists = translate_nbest(
-                model, tokenizer, texts, options.nbest, target_prefixes=prefixes, **terms, **settings
+                model, tokenizer, texts, options.nbest, target_prefixes=prefixes, **phrases, **settings
             )
             return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
-        translations = translate(model, tokenizer, texts, target_prefixes=prefixes, **terms, **settings)
+        translations = translate(model, tokenizer, texts, target_prefixes=prefixes, **phrases, **settings)
         if not options.alignments:
             return translations
         pairs = word_alignments(model, tokenizer, texts, translations, max_tokens=self.limits.max_tokens)
