@@ -44,7 +44,7 @@ class Spelling:
     def remedy(self, request: "TranslationRequest", names: Sequence[str], joiner: str = " or ") -> str:
         """How to ask without `names`: "drop --nbest or --alignments or give --format text"; "expected nbest=None or
         alignments=False, or format='text'". A switch or a list is dropped, a setting given its default."""
-        dropped = [name for name in names if DEFAULTS[name] in (None, False, True)]
+        dropped = [name for name in names if DEFAULTS[name] is None or isinstance(DEFAULTS[name], bool)]
         reset = [name for name in names if name not in dropped]
         if self.flags:
             off = {name for name in dropped if getattr(request, name) is False}  # a switch's --no_ flag
