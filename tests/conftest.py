@@ -2,6 +2,7 @@ import os
 
 import pytest
 import torch
+from helpers import wheel
 from helpers.hub_server import HubServer
 from hypothesis import HealthCheck, settings
 
@@ -35,3 +36,17 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory):
+    """The wheel built from the checkout and installed into a new virtual environment outside it (helpers/wheel.py)."""
+    return wheel.install(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def main_job(installed, tmp_path_factory):
+    """The main job run once a session by the installed vaswani-train from an empty folder, for the wheel test and
+    the command tests: the folder (its output in runs/small) and the finished process (stdout, stderr)."""
+    work = tmp_path_factory.mktemp("main-job")
+    return work, wheel.main_job(installed, work)

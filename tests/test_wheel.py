@@ -1,19 +1,13 @@
 """The package as a user installs it: the wheel built from the checkout, installed outside it, its commands run.
 
-The wheel is built (sdist first, then the wheel from the sdist, as `python -m build` does) from a copy of the checkout,
-so that no build/ or egg-info of the checkout gets into it. It is installed into a new virtual environment in a
-temporary folder, without its dependencies: a .pth file there lists this environment's site-packages, so torch and
-the rest are found without being installed again. A directory named in a .pth file is appended to sys.path but its own
-.pth files are not run, so the editable install of this checkout (a .pth that installs an import finder) stays off;
-`test_the_installed_package_is_the_wheel_not_the_checkout` checks that it does. Every command then runs through the
-new environment's console scripts, from an empty folder, with PYTHONPATH unset.
+How it is built and installed, and the main job its vaswani-train runs (shared with tests/cli/test_commands.py):
+tests/helpers/wheel.py, run once a session by tests/conftest.py's `installed` and `main_job`.
+`test_the_installed_package_is_the_wheel_not_the_checkout` checks that the installed package, not the checkout's
+editable install, is what runs.
 """
 
 import json
 import os
-import shutil
-import subprocess
-import sys
 import sysconfig
 import zipfile
 from pathlib import Path
@@ -22,6 +16,7 @@ import pytest
 import tomllib
 from helpers.hub_server import Repo
 from helpers.training_setup import REPO
+from helpers.wheel import MAIN_JOB, OFFLINE, clean_env, run
 from huggingface_hub import ModelCard
 
 pytestmark = pytest.mark.slow  # builds the wheel and installs it into a new environment
@@ -38,30 +33,7 @@ PACKAGE_DATA = [
     f"{TOOLKIT}/serving/page.html",
     f"{TOOLKIT}/training/measurements.json",
 ]
-# Not copied for the build: what a fresh clone has not (outputs of builds, tools and runs; see .gitignore).
-NOT_SOURCE_NAMES = shutil.ignore_patterns(
-    ".git", ".venv", ".tox", "build", "dist", "*.egg-info", ".eggs", "__pycache__", "*.pyc", ".pytest_cache",
-    ".ruff_cache", "runs", ".whl", ".gl", "wheelhouse",
-)  # fmt: skip
-
-
-def not_sources(folder: str, names: list[str]) -> set[str]:
-    """NOT_SOURCE_NAMES, and a run's outputs/ at the root only: toolkit/outputs/ is the package's (as .gitignore)."""
-    return NOT_SOURCE_NAMES(folder, names) | ({"outputs"} & set(names) if Path(folder) == REPO else set())
-
-
-# Settings that would put the checkout, or caches shared with other runs, in front of the installed package.
-DROPPED_ENV = (
-    "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
-    "TRANSFORMERS_CACHE", "HF_MODULES_CACHE", "HF_DATASETS_CACHE", "HF_EVALUATE_CACHE",
-)  # fmt: skip
 REPO_ID = "user/vaswani-wheel"
-# The small preset, cut to 4 optimizer steps on 400 sentence pairs, 2 checkpoints averaged, 8 test sentences.
-TRAIN_FLAGS = [
-    "--max_steps", "4", "--save_steps", "2", "--average_last_checkpoints", "2", "--warmup_steps", "2",
-    "--logging_steps", "2", "--max_tokens", "600", "--max_train_samples", "400", "--vocab_size", "300",
-    "--max_eval_samples", "8", "--disable_tqdm", "true",
-]  # fmt: skip
 
 # Run by the new environment's python: where the package and its data come from, and what sys.path holds.
 PROBE = """
@@ -82,81 +54,6 @@ print(json.dumps({
     "path_hooks": [repr(hook) for hook in sys.path_hooks],
 }))
 """
-
-
-def run(command, *, cwd, env, input=None, timeout=300) -> subprocess.CompletedProcess:
-    """Runs `command`; a failure's message holds the command, its exit status and the end of its output."""
-    command = [str(part) for part in command]
-    result = subprocess.run(command, cwd=cwd, env=env, input=input, capture_output=True, text=True, timeout=timeout)
-    assert result.returncode == 0, (
-        f"{' '.join(command)} (in {cwd}) exited with {result.returncode}\n"
-        f"--- stdout ---\n{result.stdout[-3000:]}\n--- stderr ---\n{result.stderr[-8000:]}"
-    )
-    return result
-
-
-def clean_env(env: dict, hf_home: Path) -> dict:
-    env = {k: v for k, v in env.items() if k not in DROPPED_ENV}
-    env.update(HF_HOME=str(hf_home), OMP_NUM_THREADS="1", PYTHONNOUSERSITE="1")
-    return env
-
-
-def build(source: Path, outdir: Path) -> Path:
-    """sdist, then the wheel from it. Without isolation if this environment can build it (setuptools is a dependency
-    of torch and tensorboard), else in an isolated environment with setuptools from the package index."""
-    command = [sys.executable, "-m", "build", "--outdir", str(outdir), str(source)]
-    env = {k: v for k, v in os.environ.items() if k not in DROPPED_ENV}
-    offline = subprocess.run([*command, "--no-isolation"], env=env, capture_output=True, text=True, timeout=300)
-    if offline.returncode != 0:
-        shutil.rmtree(outdir, ignore_errors=True)
-        isolated = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-        assert isolated.returncode == 0, (
-            f"the wheel does not build.\n--- without isolation ---\n{offline.stdout[-3000:]}{offline.stderr[-3000:]}"
-            f"\n--- isolated ---\n{isolated.stdout[-3000:]}{isolated.stderr[-3000:]}"
-        )
-    wheels = sorted(outdir.glob("*.whl"))
-    assert len(wheels) == 1, f"expected one wheel in {outdir}, found {[p.name for p in outdir.iterdir()]}"
-    return wheels[0]
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """The wheel built from the checkout and installed into a new virtual environment outside it."""
-    root = tmp_path_factory.mktemp("wheel")
-    source = root / "source"
-    shutil.copytree(REPO, source, ignore=not_sources, symlinks=True)
-    wheel = build(source, root / "dist")
-
-    venv = root / "venv"
-    run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=root, env=os.environ)
-    python = venv / "bin" / "python"
-    pip = [sys.executable, "-m", "pip", "--python", python, "--disable-pip-version-check"]
-    # Installed before the .pth exists: pip must see no modeling_vaswani there (this environment's editable one).
-    run([*pip, "install", "--no-deps", "--no-index", "--no-compile", wheel], cwd=root, env=os.environ)
-    site_packages = Path(
-        run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], cwd=root, env=os.environ)
-        .stdout.strip()
-    )  # fmt: skip
-    (site_packages / "dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
-    empty = root / "empty"
-    empty.mkdir()
-    return {
-        "wheel": wheel,
-        "bin": venv / "bin",
-        "python": python,
-        "site_packages": site_packages,
-        "env": clean_env(dict(os.environ), root / "hf_home"),
-        "empty": empty,
-    }
-
-
-@pytest.fixture(scope="module")
-def trained(installed, tmp_path_factory):
-    """`vaswani-train` from an empty folder on the shipped Multi30k, offline; the folder and the command's output."""
-    work = tmp_path_factory.mktemp("train")
-    env = {**installed["env"], "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    result = run([installed["bin"] / "vaswani-train", *TRAIN_FLAGS], cwd=work, env=env)
-    return work, result
 
 
 def test_the_wheel_holds_the_modules_the_package_data_and_the_commands(installed):
@@ -218,40 +115,46 @@ def test_the_installed_package_is_the_wheel_not_the_checkout(installed):
     assert not finders, f"an editable install's import hook is active: {finders}"
 
 
-def test_vaswani_train_runs_on_the_shipped_data_from_an_empty_folder(trained):
-    work, result = trained
+def test_vaswani_train_runs_on_the_shipped_data_from_an_empty_folder(main_job):
+    work, result = main_job
+    steps, test_sentences = int(flag("--max_steps")), int(flag("--max_eval_samples"))
     run_dir = work / "runs" / "small"  # the small preset's default output_dir, relative to the working folder
     model_dir = run_dir / "averaged"
     assert "sacreBLEU" in result.stdout and "tokenized BLEU" in result.stdout, result.stdout
     assert "\nchrF2 " in result.stdout and "\nTER " in result.stdout, result.stdout
     assert result.stdout.strip().splitlines()[-1] == "model: runs/small/averaged", result.stdout
-    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    checkpoints = sorted(p.name for p in run_dir.glob("checkpoint-*"))
+    assert checkpoints == ["checkpoint-10", "checkpoint-20", "checkpoint-30"], checkpoints
     for name in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json", "results.json"):
         assert (model_dir / name).is_file(), f"{model_dir} lacks {name}: {sorted(os.listdir(model_dir))}"
     assert (run_dir / "training_curves.png").stat().st_size > 0
     results = json.loads((model_dir / "results.json").read_text())
-    assert results["train"]["step"] == 4, results["train"]
+    assert results["train"]["step"] == steps, results["train"]
     assert results["test"]["signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a"), results["test"]
     assert results["test"]["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0"), results["test"]
     assert results["test"]["ter_signature"].startswith("nrefs:1|case:lc|tok:tercom"), results["test"]
     assert results["test_set"]["dataset_id"] == "multi30k", results["test_set"]
     assert results["test_set"]["dataset_split"] == "test_2016_flickr", results["test_set"]
-    assert len((model_dir / "test.hyp.de").read_text().splitlines()) == 8
+    assert len((model_dir / "test.hyp.de").read_text().splitlines()) == test_sentences
     config = json.loads((model_dir / "config.json").read_text())
     assert (config["d_model"], config["encoder_layers"], config["num_heads"]) == (256, 3, 4), config  # small preset
-    assert config["vocab_size"] <= 300, config
+    assert config["vocab_size"] <= int(flag("--vocab_size")), config
 
 
-def test_vaswani_translate_translates_standard_input(installed, trained):
-    work, _ = trained
-    env = {**installed["env"], "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+def flag(name: str) -> str:
+    return MAIN_JOB[MAIN_JOB.index(name) + 1]
+
+
+def test_vaswani_translate_translates_standard_input(installed, main_job):
+    work, _ = main_job
+    env = {**installed["env"], **OFFLINE}
     command = [installed["bin"] / "vaswani-translate", work / "runs" / "small" / "averaged"]
     result = run(command, cwd=installed["empty"], env=env, input="A man rides a bike.\n")
     assert len(result.stdout.splitlines()) == 1, f"one sentence in, {result.stdout!r} out"
 
 
-def test_vaswani_push_uploads_the_model_card_rendered_from_the_installed_templates(installed, trained, hub_server):
-    work, _ = trained
+def test_vaswani_push_uploads_the_model_card_rendered_from_the_installed_templates(installed, main_job, hub_server):
+    work, _ = main_job
     model_dir = work / "runs" / "small" / "averaged"
     env = clean_env(hub_server.client_env(work / "hf_home_push"), work / "hf_home_push")
     result = run([installed["bin"] / "vaswani-push", model_dir, REPO_ID], cwd=installed["empty"], env=env)
@@ -281,7 +184,7 @@ def test_vaswani_push_uploads_the_model_card_rendered_from_the_installed_templat
     }
     for row, value in rows.items():
         assert f"| {row} | {value} |" in card, f"the card's model table does not give {row} = {value}:\n{card}"
-    assert "trained for 4 steps" in card, card
+    assert f"trained for {flag('--max_steps')} steps" in card, card
     scores = {result.metric_name: result.metric_value for result in ModelCard(card).data.eval_results}
     expected = {
         "sacreBLEU": round(results["test"]["sacrebleu"], 2),

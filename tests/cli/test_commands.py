@@ -40,18 +40,13 @@ def script(name: str, *arguments, cwd, check=True, **kwargs):
     return result
 
 
-def test_main_job_end_to_end(tmp_path, capsys):
-    """vaswani-train as a user runs it, in a process of its own (tokenizer trained here, small preset), then
+def test_main_job_end_to_end(main_job, tmp_path, capsys):
+    """vaswani-train as a user runs it, in a process of its own from an empty folder (tokenizer trained there, small
+    preset; the session's one run, by the installed wheel's console script: tests/helpers/wheel.py's MAIN_JOB), then
     vaswani-translate from standard input as a user pipes it; vaswani-translate on files and vaswani-plot-attention
     run in this process (the error shell's process settings are the same; tests/cli/test_runtime_applied.py)."""
-    run = tmp_path / "run"
-    trained = script(
-        "train",
-        "--output_dir", run, "--max_steps", 30, "--warmup_steps", 10, "--save_steps", 10,
-        "--average_last_checkpoints", 2, "--max_tokens", 600, "--max_train_samples", 2000, "--vocab_size", 600,
-        "--max_eval_samples", 24, "--logging_steps", 5, "--eval_steps", 15, "--disable_tqdm", "true",
-        cwd=tmp_path,
-    )  # fmt: skip
+    work, trained = main_job
+    run = work / "runs" / "small"  # the small preset's default output_dir
     assert "sacreBLEU" in trained.stdout and "tokenized BLEU" in trained.stdout
     # No library warning a user cannot act on: DeepSpeed's guess of the accelerator, torch's pin_memory without a GPU.
     for warning in ("Setting accelerator to CPU", "pin_memory"):
