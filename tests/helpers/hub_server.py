@@ -37,6 +37,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import huggingface_hub
+
 URL_PREFIXES = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 # The Hub stores files matching its default .gitattributes, files over 10 MB and binary files in LFS.
 LFS_PATTERNS = tuple(
@@ -723,6 +725,17 @@ class HubServer:
         env.update(HF_HUB_DISABLE_PROGRESS_BARS="1", HF_HUB_ETAG_TIMEOUT="60", HF_HUB_DOWNLOAD_TIMEOUT="60")
         env["no_proxy"] = no_proxy
         return env
+
+
+def point_clients_at(server: HubServer, patch, cache: Path) -> None:
+    """The clients of this process (vaswani-push's and transformers') pointed at the local Hub server `server`, with
+    a cache of their own, for as long as `patch` (a pytest.MonkeyPatch) lasts."""
+    patch.setattr(huggingface_hub.constants, "ENDPOINT", server.url)
+    template = server.url + "/{repo_id}/resolve/{revision}/{filename}"  # as HF_ENDPOINT makes it at import
+    patch.setattr(huggingface_hub.constants, "HUGGINGFACE_CO_URL_TEMPLATE", template)
+    patch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    patch.setattr(huggingface_hub.constants, "HF_HUB_DISABLE_XET", True)  # the server speaks LFS
+    patch.setenv("HF_TOKEN", "hf_test_token")
 
 
 def run_client(code: str, env: dict, *args, timeout=120):

@@ -1,11 +1,14 @@
-"""Sharing on the Hub, end to end against the project's Hub server with the real clients in subprocesses.
+"""Sharing on the Hub, end to end against the project's Hub server with the real clients: vaswani-push in this
+process, the pulls (and a push killed mid-upload) in fresh ones.
 
 A tiny checkpoint is pushed with vaswani-push, then pulled where the package is not importable (the repository's
 remote code) and where it is; both must reproduce the local model's weights, generate() output and pipeline text
 exactly. vaswani-train --push_to_hub's model, pulled the same way: tests/toolkit/hub/test_train_push.py.
 """
 
+import contextlib
 import hashlib
+import io
 import json
 import shutil
 import signal
@@ -14,16 +17,16 @@ import sys
 import time
 
 import pytest
-from helpers.hub_server import Repo, run_client
+from helpers.hub_server import Repo, point_clients_at, run_client
 from helpers.pulls import PULL_WITHOUT_PACKAGE, SENTENCES, local_generate, local_translations, weight_digests
 from helpers.training_setup import checkpoint_with_results
-from helpers.training_setup import command as command_of
 from safetensors.torch import load_file, save_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 import modeling_vaswani  # noqa: F401  (registers the model and the pipeline in this process)
 from modeling_vaswani.remote_code_vaswani import PAYLOAD_FILES
 from modeling_vaswani.toolkit.checkpoints import validate_checkpoint
+from modeling_vaswani.toolkit.cli import push as push_command
 from modeling_vaswani.toolkit.hub.push import render_model_card
 
 pytestmark = pytest.mark.slow  # pushes and pulls through subprocesses
@@ -43,13 +46,6 @@ EXPECTED_FILES = {
 }
 
 
-def script(name: str, *arguments, env):
-    command = [*command_of(name), *map(str, arguments)]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-6000:]
-    return result
-
-
 @pytest.fixture(scope="module")
 def env(hub_server, tmp_path_factory):
     env = hub_server.client_env(tmp_path_factory.mktemp("hf_home"))
@@ -63,9 +59,24 @@ def checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def pushed(checkpoint, env):
-    """The checkpoint pushed to REPO_ID's main with vaswani-push, as a private repository; the script's output."""
-    return script("push", checkpoint, REPO_ID, "--private", env=env).stdout
+def push(hub_server, tmp_path_factory):
+    """vaswani-push run in this process against the Hub server (its clients pointed there for the module): the
+    command's standard output."""
+    with pytest.MonkeyPatch.context() as patch:
+        point_clients_at(hub_server, patch, tmp_path_factory.mktemp("hub-cache"))
+
+        def run(*arguments) -> str:
+            with contextlib.redirect_stdout(io.StringIO()) as out:
+                push_command.main([str(argument) for argument in arguments])
+            return out.getvalue()
+
+        yield run
+
+
+@pytest.fixture(scope="module")
+def pushed(checkpoint, push):
+    """The checkpoint pushed to REPO_ID's main with vaswani-push, as a private repository; the command's output."""
+    return push(checkpoint, REPO_ID, "--private")
 
 
 def test_push_then_pull_without_the_package(hub_server, checkpoint, pushed, env):
@@ -124,9 +135,9 @@ def shared_embedding_digest(folder) -> str:
     return hashlib.sha256(load_file(folder / "model.safetensors")["model.shared.weight"].numpy().tobytes()).hexdigest()
 
 
-def test_branch_push_loads_by_branch_and_commit_with_the_package(hub_server, checkpoint, pushed, env, tmp_path):
+def test_branch_push_loads_by_branch_and_commit_with_the_package(hub_server, checkpoint, pushed, push, env, tmp_path):
     retrained = checkpoint_with_results(tmp_path / "retrained", seed=1)
-    script("push", retrained, REPO_ID, "--revision", "dev", "--commit_message", "Retrained", env=env)
+    push(retrained, REPO_ID, "--revision", "dev", "--commit_message", "Retrained")
     main, dev = hub_server.head(REPO_ID), hub_server.head(REPO_ID, "dev")
     assert Repo(hub_server.root, "model", REPO_ID).commit(dev)["summary"] == "Retrained"
     revisions = [None, "main", "dev", dev, main[:10]]  # the default, branches, a commit id and a short one
@@ -174,7 +185,7 @@ def wait_until(condition, seconds=10.0):
 
 
 def test_killed_push_keeps_the_last_commit_and_a_retry_uploads_only_the_changed_file(
-    hub_server, checkpoint, pushed, env, tmp_path
+    hub_server, checkpoint, pushed, push, env, tmp_path
 ):
     """The checkpoint with new weights, pushed to a new branch "retry" (made from main, which holds the old ones)."""
     hub = Repo(hub_server.root, "model", REPO_ID)
@@ -194,7 +205,7 @@ def test_killed_push_keeps_the_last_commit_and_a_retry_uploads_only_the_changed_
     size = (changed / "model.safetensors").stat().st_size
     assert new_weights not in hub_server.lfs_uploads(REPO_ID) and not hub.has_lfs(new_weights, size)
 
-    script("push", changed, REPO_ID, "--revision", "retry", env=env)
+    push(changed, REPO_ID, "--revision", "retry")
     assert hub_server.uploaded_paths(REPO_ID)[-1] == ["model.safetensors"]
     assert hub_server.lfs_uploads(REPO_ID)[-1] == new_weights
     tree = hub.commit(hub_server.head(REPO_ID, "retry"))["tree"]
