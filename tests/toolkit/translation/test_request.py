@@ -121,8 +121,7 @@ def test_the_engines_declare_what_they_can_do_and_are_chosen_by_their_files(tmp_
         engine_for(tmp_path, "onnx")
 
 
-# Each refusal's words, which only its one home may hold (serving/ adopts the request in issue 52's item 2, engineer
-# B: its own copies are left to that change, which removes this exclusion).
+# Each refusal's words, which only its one home may hold.
 ONE_HOME = {
     "need(s) the paper's decoding": "translation/request.py",
     "an ensemble (several models) decodes with": "translation/request.py",
@@ -137,9 +136,7 @@ ONE_HOME = {
 def test_each_refusal_is_written_once_in_the_package():
     package = Path(modeling_vaswani.__file__).parent
     sources = {
-        path.relative_to(package).as_posix(): path.read_text(encoding="utf-8")
-        for path in package.rglob("*.py")
-        if "serving" not in path.parts
+        path.relative_to(package).as_posix(): path.read_text(encoding="utf-8") for path in package.rglob("*.py")
     }
     for words, home in ONE_HOME.items():
         holders = {name: text.count(words) for name, text in sources.items() if words in text}
