@@ -476,12 +476,6 @@ def check_one_sentence_a_line(layout: Layout) -> None:
             )
 
 
-def check_nbest(model, nbest: int, num_beams: int | None) -> None:
-    """Refuses (a RequestError) an n-best list longer than the beam (`num_beams`, else the model's) that finds it:
-    the request's check (`TranslationRequest.check`) for a caller that has no request yet (vaswani-serve's)."""
-    TranslationRequest(nbest=nbest, num_beams=num_beams).check(engine_of(model), model.generation_config.num_beams)
-
-
 def pytorch_nbest(model, batch: dict, nbest: int, paper_decoding: bool, generate_kwargs: dict):
     """Each sentence's `nbest` hypotheses (token ids, score), best first, from generate()'s `sequences_scores`."""
     output = model.generate(
