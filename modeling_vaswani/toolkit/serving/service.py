@@ -26,7 +26,7 @@ from ...search_vaswani import OUTPUT_MARGIN, max_output_length
 from ..data.markup import Document, write_documents
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
 from ..translation.alignment import line_alignments, word_alignments
-from ..translation.engines import engine_of
+from ..translation.engines import CAPABILITIES, engine_of
 from ..translation.request import Spelling, TranslationRequest
 from ..translation.scoring import score
 from ..translation.terminology import check_room, phrase_ids, sentence_terms
@@ -141,8 +141,8 @@ class TranslationService:
 
     @property
     def aligning(self) -> list[str]:
-        """The models whose attention answers alignments, markup and /attention: the PyTorch ones."""
-        return [name for name in self.names if isinstance(self.models[name][0], torch.nn.Module)]
+        """The models whose attention answers alignments, markup and /attention: those whose engine gives it."""
+        return [name for name in self.names if "attention" in engine_of(self.models[name][0]).can]
 
     def close(self, timeout: float) -> bool:
         """Refuses new work and waits up to `timeout` seconds for the work accepted; whether all of it finished."""
@@ -399,8 +399,10 @@ class TranslationService:
         """The /attention answer as JSON bytes: the text's and its translation's tokens, and each kind's weights of
         the layers and heads asked."""
         name, model, _ = self.model_named(request.model)
-        if not isinstance(model, torch.nn.Module):
-            raise Refused(422, "model", f"{name} is a CTranslate2 export; attention needs a PyTorch model")
+        engine, attention = engine_of(model), CAPABILITIES["attention"]
+        if "attention" not in engine.can:
+            message = f"{name} runs on {engine.title}, which {attention.lack}; /attention needs {attention.need}"
+            raise Refused(422, "model", f"{message}: {engine.instead}" if engine.instead else message)
         check_texts([request.text], "text", self.limits)
         distinct(request.layers, "layers")
         distinct(request.heads, "heads")

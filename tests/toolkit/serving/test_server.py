@@ -164,6 +164,7 @@ def test_a_ctranslate2_export_has_no_attention_to_show(server, exported):
         pytest.skip("CTranslate2 is not installed (pip install modeling_vaswani[ctranslate2])")
     status, body = post(f"{server}/attention", {"text": SENTENCES[0], "model": str(exported)})
     assert (status, body["error"]["field"]) == (422, "model"), body
+    assert f"{exported} runs on CTranslate2, which does not give them" in body["error"]["message"], body
 
 
 def test_docs_are_served_without_a_cdn(server):
