@@ -185,18 +185,10 @@ def test_peak_memory_sees_an_allocation():
         assert whole >= added + 100  # the whole resident set: the interpreter and torch were there before the block
 
 
-def test_the_run_end_to_end_in_worker_processes():
-    """The orchestration through real `--worker` processes: the ceiling, one phase, the table and the JSON."""
-    lines = []
-    measured = runner.run_benchmark(
-        SCRIPT,
-        repetitions=ONCE,
-        implementations=["vaswani", "marian"],  # CTranslate2's phases are run in this process above
-        phases=["latency"],
-        shapes=TINY,
-        threads=1,
-        progress=lines.append,
-    )
+def test_the_run_end_to_end_in_worker_processes(default_run):
+    """The orchestration through real `--worker` processes: the ceiling, one phase, the table and the JSON
+    (CTranslate2's phases are run in this process above)."""
+    lines, measured = default_run
     assert len(lines) == 1 + 3 and lines[-1].startswith("[3/3] marian latency: ")
     json.dumps(measured)
     assert measured["ceiling"]["float32"]["gflops"] > 0
@@ -234,38 +226,50 @@ def test_our_exports_hold_our_model(folders):
     assert sizes["vaswani-ct2-int8"] < 0.7 * sizes["vaswani-ct2"]
 
 
-def memory_settings(*plain_runs: bool) -> dict:
-    """For each run (plain or not): whether each implementation's process kept the memory it frees, and the table's
-    line that says what the processes ran with."""
-    found = {}
-    for plain in plain_runs:
-        measured = runner.run_benchmark(
-            SCRIPT, repetitions=ONCE, implementations=["vaswani", "marian"], phases=["latency"], shapes=TINY,
-            threads=1, plain=plain, progress=lambda line: None,
-        )  # fmt: skip
-        kept = {name: measured["results"][name]["latency"]["keeps_freed_memory"] for name in ("vaswani", "marian")}
-        found[plain] = kept, report.format_table(measured).splitlines()[4]
-    return found
+def latency_run(plain: bool = False) -> tuple[list[str], dict]:
+    """Both implementations' latency and the ceiling, each in its own `--worker` process, as `benchmark.py` starts
+    them (--plain or not): the progress lines and the measurements."""
+    lines = []
+    measured = runner.run_benchmark(
+        SCRIPT, repetitions=ONCE, implementations=["vaswani", "marian"], phases=["latency"], shapes=TINY,
+        threads=1, plain=plain, progress=lines.append,
+    )  # fmt: skip
+    return lines, measured
+
+
+@pytest.fixture(scope="module")
+def default_run(one_thread):
+    """`latency_run()` as a user starts it (not --plain, VASWANI_KEEP_FREED_MEMORY unset), once for the module: the
+    end-to-end test and the memory-settings test read the same run."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("VASWANI_KEEP_FREED_MEMORY", raising=False)
+        return latency_run()
+
+
+def memory_settings(measured: dict) -> tuple[dict, str]:
+    """Whether each implementation's process kept the memory it frees, and the table's line that says what the
+    processes ran with."""
+    kept = {name: measured["results"][name]["latency"]["keeps_freed_memory"] for name in ("vaswani", "marian")}
+    return kept, report.format_table(measured).splitlines()[4]
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings; Linux only")
-def test_processes_start_as_the_commands_do_and_plain_ones_set_nothing(monkeypatch):
+def test_processes_start_as_the_commands_do_and_plain_ones_set_nothing(default_run, monkeypatch):
     """Without --plain every process, MarianMT's too, applies what the vaswani-* commands apply (runtime.py's
     apply_process_settings()); --plain: nothing, what a user's own program gets without keep_freed_memory(), ours as
     MarianMT, since the model sets nothing in the process."""
+    kept, line = memory_settings(default_run[1])
+    assert kept == {"vaswani": True, "marian": True}
+    assert line.startswith("every process keeps the memory it frees, as the vaswani-* commands'")
     monkeypatch.delenv("VASWANI_KEEP_FREED_MEMORY", raising=False)
-    found = memory_settings(True, False)
-    assert found[False][0] == {"vaswani": True, "marian": True}
-    assert found[False][1].startswith("every process keeps the memory it frees, as the vaswani-* commands'")
-    assert found[True][0] == {"vaswani": False, "marian": False}
-    assert found[True][1].startswith(
-        "plain processes: what a user's own program gets without calling keep_freed_memory()"
-    )
+    kept, line = memory_settings(latency_run(plain=True)[1])
+    assert kept == {"vaswani": False, "marian": False}
+    assert line.startswith("plain processes: what a user's own program gets without calling keep_freed_memory()")
 
 
 def test_the_environment_opts_the_processes_out_as_it_does_the_commands(monkeypatch):
     monkeypatch.setenv("VASWANI_KEEP_FREED_MEMORY", "0")
-    kept, line = memory_settings(False)[False]
+    kept, line = memory_settings(latency_run()[1])
     assert kept == {"vaswani": False, "marian": False}
     assert line.endswith("did not apply in 2 of 2 measurements: opted out, or no glibc")
 
