@@ -1,6 +1,6 @@
 """Scoring given translations: the log-probability of each target sentence under a model, per token and in all
 (fairseq's --score-reference, marian-scorer, CTranslate2's score_batch). Used to filter corpora, rerank and measure
-perplexity on a test set. The same checks and batches as translating (evaluation/translate.py)."""
+perplexity on a test set. The same checks and batches as translating (translation/translate.py)."""
 
 import math
 from collections.abc import Sequence
