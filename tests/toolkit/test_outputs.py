@@ -20,10 +20,15 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
+import torch
 from helpers.small_disk import fill, small_disk
+from helpers.tiny_models import tiny_model
 from helpers.training_setup import TESTS
 from hypothesis import given
 from hypothesis import strategies as st
+from tokenizers import Tokenizer
+from tokenizers.models import WordLevel
+from transformers import PreTrainedTokenizerFast
 
 from modeling_vaswani.toolkit.outputs import (
     AVERAGED,
@@ -43,6 +48,9 @@ from modeling_vaswani.toolkit.outputs import (
     release,
     resolve_output,
     restore_set_aside,
+    save_figure,
+    save_into,
+    save_pretrained,
     staged_folder,
     write_text,
     writing,
@@ -206,6 +214,78 @@ def test_each_of_two_outputs_written_at_once_names_its_own_failure(tmp_path):
                 two.write("y" * 1000 + "\n")
                 two.flush()
         assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(second)
+        assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+
+
+def failing_in(written: Path, name: str) -> int:
+    """Free bytes for a disk on which a write of the folder `written` again fails in its file `name`: room for every
+    other file (tmpfs gives whole pages) and the output's lock file, and for half of `name`."""
+    pages = {path.name: -(-path.stat().st_size // 4096) * 4096 for path in written.iterdir()}
+    return sum(pages.values()) - pages[name] // 2 + 4096
+
+
+def test_a_models_failure_in_its_weights_names_them_not_the_configuration_written_before(tmp_path):
+    """save_pretrained writes config.json and generation_config.json, then the weights by safetensors, which names no
+    file and deletes what it could not write: the failure names model.safetensors (the last file on disk, which the
+    writer named before the weights were declared, is generation_config.json)."""
+    model = tiny_model()
+    plain = tmp_path / "plain"
+    model.save_pretrained(plain)
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        fill(disk, leave_bytes=failing_in(plain, "model.safetensors"))
+        with pytest.raises(OSError) as raised:
+            save_pretrained(disk / "model", OURS, model)
+        assert raised.value.errno == errno.ENOSPC
+        assert raised.value.filename == str(disk / "model" / "model.safetensors")
+        assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+
+
+def test_a_tokenizers_failure_in_tokenizer_json_names_it(tmp_path):
+    """A fast tokenizer's save writes tokenizer.json by tokenizers (Rust), whose failure names no file."""
+    words = {f"word{n}": n for n in range(3000)}
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(WordLevel(words, unk_token="word0")))
+    plain = tmp_path / "plain"
+    tokenizer.save_pretrained(plain)
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        (disk / "tokenizer").mkdir()
+        fill(disk, leave_bytes=failing_in(plain, "tokenizer.json"))
+        with pytest.raises(OSError) as raised:
+            save_into(disk / "tokenizer", tokenizer)
+        assert raised.value.errno == errno.ENOSPC
+        assert raised.value.filename == str(disk / "tokenizer" / "tokenizer.json")
+        assert sorted(path.name for path in disk.iterdir()) == ["filler", "tokenizer"]
+
+
+def test_a_figures_failure_names_the_png(tmp_path):
+    """matplotlib writes through its own file object, which names no file on a full disk."""
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(8, 8))
+    figure.add_subplot().imshow(torch.rand(400, 400).numpy())
+    with small_disk(tmp_path / "disk", "256k") as disk:
+        fill(disk, leave_bytes=16384)
+        with pytest.raises(OSError) as raised:
+            save_figure(figure, disk / "attention.png", dpi=100)
+        assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(disk / "attention.png")
+        assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+
+
+def test_a_ctranslate2_exports_failure_in_model_bin_names_it(tmp_path):
+    """CTranslate2's converter writes config.json and the vocabulary, then model.bin, through file objects that name
+    no file on a full disk."""
+    pytest.importorskip("ctranslate2")
+    from modeling_vaswani.toolkit.interop.ctranslate2 import write_export
+
+    model, vocabulary = tiny_model(), [f"token{n}" for n in range(61)]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    write_export(model, vocabulary, plain, "float32")
+    with small_disk(tmp_path / "disk", "1m") as disk:
+        fill(disk, leave_bytes=failing_in(plain, "model.bin"))
+        with pytest.raises(OSError) as raised, staged_folder(disk / "export", OURS) as staged:
+            write_export(model, vocabulary, staged, "float32")
+        assert raised.value.errno == errno.ENOSPC
+        assert raised.value.filename == str(disk / "export" / "model.bin")
         assert sorted(path.name for path in disk.iterdir()) == ["filler"]
 
 

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
-from ..outputs import TRAINED_TOKENIZER, check_output_folder, staged_folder
+from ..outputs import TRAINED_TOKENIZER, check_output_folder, save_object, staged_folder
 from ..texts import iter_text_lines
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -127,5 +127,5 @@ def train_tokenizer_from_texts(
     )
     if output_dir is not None:
         with staged_folder(output_dir, TRAINED_TOKENIZER) as staged:
-            tokenizer.save_pretrained(str(staged))
+            save_object(staged, tokenizer)
     return tokenizer

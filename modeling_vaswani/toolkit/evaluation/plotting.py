@@ -14,7 +14,7 @@ import torch
 from matplotlib.figure import Figure
 from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-from ..outputs import ATTENTION_MAPS, save_figure, staged_folder
+from ..outputs import ATTENTION_MAPS, save_figure, staged_folder, writing
 
 DPI = 120
 CONTINUATION = "##"  # marks a token that continues the word of the token before it, as in BERT's WordPiece
@@ -211,5 +211,6 @@ def plot_attention(
             figures[f"{kind}_layer{layer}.png"] = (maps[layer][0], chosen, *labels[kind], f"{title}, layer {layer}")
     with staged_folder(output_dir, ATTENTION_MAPS) as staged:
         for name, arguments in figures.items():
-            attention_figure(*arguments).savefig(staged / name, dpi=DPI, format="png")
+            with writing(staged / name) as path:
+                attention_figure(*arguments).savefig(path, dpi=DPI, format="png")
     return [Path(output_dir) / name for name in figures]

@@ -34,7 +34,15 @@ import torch
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
 from ...search_vaswani import max_output_length
 from ..checkpoints import load_model_and_tokenizer
-from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, older_output, staged_folder
+from ..outputs import (
+    TOKENIZER_OUTPUT,
+    Output,
+    check_output_folder,
+    check_writable,
+    older_output,
+    save_object,
+    staged_folder,
+)
 
 # isort: off
 # translation.ctranslate2 first: its ImportError says how to install CTranslate2
@@ -233,7 +241,7 @@ def export_ctranslate2(
     unk_token = tokenizer.unk_token or "<unk>"
     with staged_folder(output_dir, EXPORTED) as staged:
         write_export(model, vocabulary, staged, quantization, unk_token, exported_from=str(name_or_path))
-        tokenizer.save_pretrained(staged)
+        save_object(staged, tokenizer)
     return output_dir
 
 

@@ -21,12 +21,13 @@ killed run, a full disk or an error leaves the earlier output whole. Each rule h
 - `checks`: before any work, the output is the command's own, writable and with room, and its lock is taken.
 - `writers`: `staged_file`, `staged_folder` and what is built on them; `modes`: what is written takes the
   permissions that `open` and `mkdir` give under the user's umask, whatever the library that wrote it chose.
-- `failures`: a failure of the file system names the output file it was writing (`writing`), never a hidden copy.
+- `failures`: a failure of the file system names the output file it was writing, as its writer declared it (`writing`:
+  one file; `writing_natively`: the file a library call writing several writes by native code), never a hidden copy.
 """
 
 from .checks import check_output_file, check_output_folder, check_working_folder, check_writable
 from .errors import OutputError
-from .failures import write_failure, writing
+from .failures import write_failure, writing, writing_natively
 from .locks import claim, release
 from .markers import (
     ATTENTION_MAPS,
@@ -48,6 +49,7 @@ from .writers import (
     move_files_into,
     save_figure,
     save_into,
+    save_object,
     save_pretrained,
     staged_file,
     staged_folder,
@@ -81,10 +83,12 @@ __all__ = [
     "restore_set_aside",
     "save_figure",
     "save_into",
+    "save_object",
     "save_pretrained",
     "staged_file",
     "staged_folder",
     "write_failure",
     "write_text",
     "writing",
+    "writing_natively",
 ]

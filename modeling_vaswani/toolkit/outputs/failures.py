@@ -34,6 +34,23 @@ def writing(path: str | Path) -> Iterator[Path]:
         raise
 
 
+@contextmanager
+def writing_natively(folder: str | Path, name: str | None) -> Iterator[Path]:
+    """The block saves several files into the staged `folder` by one library call (a `save_pretrained`), the file
+    `name` among them by native code (safetensors' weights, tokenizers' tokenizer.json): its failure is no OSError
+    and names no file, and safetensors deletes what it could not write, leaving nothing on disk to tell, so it names
+    `folder/name`. An OSError naming no file comes from Python's own file objects (the configurations' JSON), which
+    leave their partial file: the folder's writer names the last one on disk (`write_failure`)."""
+    folder = Path(folder)
+    try:
+        yield folder
+    except Exception as error:
+        named = None if name is None or isinstance(error, OSError) else write_failure(error, folder / name)
+        if named is not None:
+            raise named from error
+        raise
+
+
 def write_failure(error: BaseException, path: Path, staged: Path | None = None) -> OSError | None:
     """The OSError telling `error`, raised while `path` was written (through the folder `staged`, for a folder), with
     the file named as the user will find it: `path/NAME`, never the hidden partial copy; where the library named no
@@ -68,8 +85,11 @@ def _as_written(name, path: Path, staged: Path | None):
 
 
 def _last_written(path: Path, staged: Path | None) -> Path:
-    """The file of the folder `path` that was written last in `staged` (a library writes its files one after the
-    other: the last one is where the disk filled), else `path`."""
+    """The file of the folder `path` that was written last in `staged`, else `path`. The one write this serves: a
+    file written by Python's own file objects inside a library call that writes several (transformers' config.json
+    and generation_config.json, CTranslate2's config.json, vocabulary and model.bin): its OSError names no file, the
+    call is declared only as a whole (`writing_natively`), and the partial file it leaves is the last one on disk.
+    Every other write is declared: one file (`writing`), or the one a library writes by native code."""
     if staged is None or not staged.is_dir():
         return path
     files = [file for file in staged.rglob("*") if file.is_file()]

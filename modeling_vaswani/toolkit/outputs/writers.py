@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .checks import check_room_to_set_aside
-from .failures import write_failure, writing
+from .failures import write_failure, writing, writing_natively
 from .locks import locked, note
 from .markers import Output, check_owned, entries, read_marker, write_marker
 from .modes import settle_modes, umask
@@ -162,11 +162,28 @@ def save_figure(figure, path: str | Path, dpi: int) -> Path:
     return Path(path)
 
 
+def save_object(staged: str | Path, item) -> None:
+    """`item.save_pretrained(staged)` into the staged folder `staged`, the file it writes by native code declared."""
+    with writing_natively(staged, _written_natively(item)):
+        item.save_pretrained(staged)
+
+
+def _written_natively(item) -> str | None:
+    """The file `item.save_pretrained` writes by native code: a model's weights (safetensors, one file: our models
+    are far below transformers' shard size), a fast tokenizer's tokenizer.json (tokenizers)."""
+    from transformers import PreTrainedModel  # loaded already: `item` is a transformers object
+    from transformers.utils import SAFE_WEIGHTS_NAME
+
+    if isinstance(item, PreTrainedModel):
+        return SAFE_WEIGHTS_NAME
+    return getattr(item, "vocab_files_names", {}).get("tokenizer_file")
+
+
 def save_pretrained(output_dir: str | Path, output: Output, *objects) -> Path:
     """`save_pretrained` of each of `objects` (a model, its tokenizer) into `output_dir`, replaced whole at once."""
     with staged_folder(output_dir, output) as staged:
         for item in objects:
-            item.save_pretrained(staged)
+            save_object(staged, item)
     return Path(output_dir)
 
 
@@ -178,7 +195,7 @@ def save_into(folder: str | Path, item) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=partial_prefix(folder), dir=folder.parent))
     try:
-        item.save_pretrained(staged)
+        save_object(staged, item)
         move_files_into(staged, folder)
     except BaseException as error:
         named = write_failure(error, folder, staged)

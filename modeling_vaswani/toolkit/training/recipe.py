@@ -53,6 +53,7 @@ from ..outputs import (
     check_working_folder,
     move_files_into,
     save_into,
+    save_object,
     write_failure,
     write_text,
 )
@@ -277,8 +278,8 @@ def _save_whole(tokenizer, folder: Path) -> None:
     # Saved aside, then renamed: a run killed while saving leaves no half-written tokenizer to be reused.
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
     try:
-        tokenizer.save_pretrained(staging)
-    except BaseException as error:  # a full disk: tokenizers says so without naming the file
+        save_object(staging, tokenizer)
+    except BaseException as error:  # a full disk: the file named in `staging`, told as in `folder`
         named = write_failure(error, folder, staging)
         shutil.rmtree(staging, ignore_errors=True)
         if named is not None:
