@@ -54,6 +54,7 @@ from modeling_vaswani.toolkit.outputs import (
     staged_folder,
     write_text,
     writing,
+    writing_natively,
 )
 
 OURS = Output("vaswani-test", "--output")
@@ -237,7 +238,20 @@ def test_a_models_failure_in_its_weights_names_them_not_the_configuration_writte
             save_pretrained(disk / "model", OURS, model)
         assert raised.value.errno == errno.ENOSPC
         assert raised.value.filename == str(disk / "model" / "model.safetensors")
+        assert "(os error 28)" in str(raised.value.__cause__.__cause__)  # safetensors' words: the weights failed
         assert sorted(path.name for path in disk.iterdir()) == ["filler"]
+
+
+def test_a_python_files_failure_in_a_native_writers_call_names_that_file_not_the_declared_one(tmp_path):
+    """A save declared as writing weights.safetensors natively fails earlier, in a JSON file it writes through
+    Python's own file object: the failure names that file (left partial, the last on disk), not the weights."""
+    with small_disk(tmp_path / "disk", "64k") as disk:
+        target = disk / "model"
+        with pytest.raises(OSError) as raised, staged_folder(target, OURS) as staged:
+            fill(disk, leave_bytes=8192)
+            with writing_natively(staged, "weights.safetensors"):
+                (staged / "config.json").write_text("x" * 100_000)
+        assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target / "config.json")
 
 
 def test_a_tokenizers_failure_in_tokenizer_json_names_it(tmp_path):
@@ -253,6 +267,7 @@ def test_a_tokenizers_failure_in_tokenizer_json_names_it(tmp_path):
             save_into(disk / "tokenizer", tokenizer)
         assert raised.value.errno == errno.ENOSPC
         assert raised.value.filename == str(disk / "tokenizer" / "tokenizer.json")
+        assert "(os error 28)" in str(raised.value.__cause__.__cause__)  # tokenizers' words: the native write failed
         assert sorted(path.name for path in disk.iterdir()) == ["filler", "tokenizer"]
 
 
