@@ -86,10 +86,11 @@ def _as_written(name, path: Path, staged: Path | None):
 
 def _last_written(path: Path, staged: Path | None) -> Path:
     """The file of the folder `path` that was written last in `staged`, else `path`. The one write this serves: a
-    file written by Python's own file objects inside a library call that writes several (transformers' config.json
-    and generation_config.json, CTranslate2's config.json, vocabulary and model.bin): its OSError names no file, the
-    call is declared only as a whole (`writing_natively`), and the partial file it leaves is the last one on disk.
-    Every other write is declared: one file (`writing`), or the one a library writes by native code."""
+    file of a staged folder written through Python's own file objects and declared by no `writing`, inside a library
+    call that writes several (transformers' config.json and generation_config.json, CTranslate2's config.json,
+    vocabulary and model.bin; the call declares only its native file, `writing_natively`): its OSError names no
+    file, and the partial file it leaves is the last one on disk. A native writer's failure (safetensors deletes its
+    file) never comes here: its file is declared."""
     if staged is None or not staged.is_dir():
         return path
     files = [file for file in staged.rglob("*") if file.is_file()]
