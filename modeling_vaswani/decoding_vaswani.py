@@ -1,7 +1,9 @@
 """The decoding loop around Section 6.1's search (search_vaswani.py), as fairseq's fairseq/sequence_generator.py runs
-its fairseq/search.py: the model's forward at each step (`DecoderSteps`), what `return_dict_in_generate` records
-(`Recorder`), multi-GPU lock-step (`peers_unfinished`), the rules by which a sentence whose search is over leaves the
-batch (`may_shrink`, `leave_batch`), and the one-beam loop (`greedy_search`), a speed path beside transformers' own.
+its fairseq/search.py: the model's forward at each step (`DecoderSteps`) and the decoder's KV cache (`decoder_cache`,
+and `keys_and_values`, which the model's attention layers read and write it through), what
+`return_dict_in_generate` records (`Recorder`), multi-GPU lock-step (`peers_unfinished`), the rules by which a
+sentence whose search is over leaves the batch (`may_shrink`, `leave_batch`), and the one-beam loop
+(`greedy_search`), a speed path beside transformers' own.
 
 Payload: imports only torch, transformers and its siblings.
 """
@@ -9,7 +11,7 @@ Payload: imports only torch, transformers and its siblings.
 import torch
 from torch import nn
 from transformers import generation as stock
-from transformers.cache_utils import EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.distributed.fsdp import is_fsdp_managed_module
 from transformers.generation import GenerateEncoderDecoderOutput, GenerationConfig
 from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
@@ -108,6 +110,35 @@ class DecoderSteps:
         as it is: one row per sentence, and a beam only ever continues a beam of its own sentence."""
         if self.cache is not None:
             self.cache.self_attention_cache.reorder_cache(beam_idx)
+
+
+def decoder_cache(config, past_key_values, use_cache: bool | None):
+    """The decoder's KV cache: `past_key_values`, or a new one where the call uses a cache and brings none; and its
+    self-attention part, the one the causal mask counts (None without an `EncoderDecoderCache`)."""
+    if use_cache and past_key_values is None:
+        past_key_values = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+    if not isinstance(past_key_values, EncoderDecoderCache):
+        return past_key_values, None
+    return past_key_values, past_key_values.self_attention_cache
+
+
+def keys_and_values(past_key_values, layer_idx: int, is_cross_attention: bool, project):
+    """An attention layer's keys and values (`project()` computes them from its input) through the decoder's KV
+    cache: self-attention's appended to those of the tokens before; encoder-decoder attention's computed at the first
+    step and read from the cache after, as the encoder output they attend over (Section 3.2.3) does not change while
+    decoding."""
+    cache = past_key_values
+    if isinstance(past_key_values, EncoderDecoderCache):
+        cache = past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
+    if is_cross_attention and cache is not None and past_key_values.is_updated.get(layer_idx):
+        return cache.layers[layer_idx].keys, cache.layers[layer_idx].values
+    key, value = project()
+    if cache is None:
+        return key, value
+    key, value = cache.update(key, value, layer_idx)
+    if is_cross_attention:
+        past_key_values.is_updated[layer_idx] = True
+    return key, value
 
 
 class Recorder:

@@ -207,8 +207,10 @@ def paper_search(
 
     `input_ids` holds the decoder's start of every hypothesis, k rows per sentence (k = `num_beams`, or the returned
     sequences per sentence for one beam); `model_kwargs` holds generate()'s encoder output and cache. With one beam the
-    search is greedy (or sampling), one hypothesis per row; with more it is `beam_search`. `ensemble`: other models
-    decoding with this one (`EnsembleSteps`), each encoding `source` (input_ids, attention_mask) itself.
+    search is greedy (or sampling), one hypothesis per row; with more it is `beam_search`, selecting by `TopK`; with
+    `constraints` (phrases to hold, one list a sentence) it is `beam_search` selecting by `DynamicBeamAllocation`,
+    with one beam too. `ensemble`: other models decoding with this one (`EnsembleSteps`), each encoding `source`
+    (input_ids, attention_mask) itself.
     """
     mode = generation_config.get_generation_mode()
     if mode not in SEARCHES:

@@ -4,8 +4,9 @@ The parts (3.5 positional encoding, 3.2 attention, 3.3 feed-forward), then the l
 stacks need, the stacks of 3.1, and the model of Figure 1 with the shared embeddings and output layer of 3.4.
 Where we follow tensor2tensor (the paper's code) rather than the paper's text, the comment says so. Payload: copied
 flat into checkpoints as remote code (remote_code_vaswani.py), it imports only torch, transformers and its siblings:
-the configuration, the CPU speed paths (kernels_vaswani.py, each identical to its Section except in speed) and the
-paper's decoding of Section 6.1 (generation_vaswani.py).
+the configuration, the CPU speed paths (kernels_vaswani.py, each identical to its Section except in speed), the
+decoder's KV cache (decoding_vaswani.py, which decoding alone needs) and the paper's decoding of Section 6.1
+(generation_vaswani.py).
 """
 
 import math
@@ -14,7 +15,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import (
@@ -31,6 +32,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .compat_vaswani import CACHE, either_cache_name, output_cache
 from .configuration_vaswani import VaswaniConfig
+from .decoding_vaswani import decoder_cache, keys_and_values
 from .generation_vaswani import VaswaniGenerationMixin, paper_generation_config
 from .kernels_vaswani import ATTENTION_FUNCTIONS as ALL_ATTENTION_FUNCTIONS  # set_attn_implementation() seeks the name
 from .kernels_vaswani import Linear, encoder_attention_mask_by_sentence
@@ -154,21 +156,13 @@ class MultiHeadAttention(nn.Module):
         is_cross_attention = key_value_states is not None
         query = self._heads(self.w_q(hidden_states))
 
-        cache = past_key_values
-        if isinstance(past_key_values, EncoderDecoderCache):
-            cache = (
-                past_key_values.cross_attention_cache if is_cross_attention else past_key_values.self_attention_cache
-            )
-        if is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
-            # The encoder output does not change while decoding: its keys and values were computed at the first step.
-            key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
-        else:
-            source = key_value_states if is_cross_attention else hidden_states
-            key, value = self._heads(self.w_k(source)), self._heads(self.w_v(source))
-            if cache is not None:
-                key, value = cache.update(key, value, self.layer_idx)
-                if is_cross_attention:
-                    past_key_values.is_updated[self.layer_idx] = True
+        source = key_value_states if is_cross_attention else hidden_states
+        key, value = keys_and_values(
+            past_key_values,
+            self.layer_idx,
+            is_cross_attention,
+            lambda: (self._heads(self.w_k(source)), self._heads(self.w_v(source))),
+        )
 
         implementation = self.config._attn_implementation
         if implementation == "sdpa" and kwargs.get("output_attentions"):
@@ -397,15 +391,10 @@ class VaswaniDecoder(VaswaniStack):
     ) -> BaseModelOutputWithPastAndCrossAttentions:
         if encoder_hidden_states is None:
             raise ValueError("The decoder attends over the encoder output: pass encoder_hidden_states")
-        if use_cache and past_key_values is None:
-            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        past_key_values, self_attention_cache = decoder_cache(self.config, past_key_values, use_cache)
         # While decoding with a cache, the new tokens continue the positions already cached.
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = self.embed(input_ids, inputs_embeds, past_length)
-
-        self_attention_cache = (
-            past_key_values.self_attention_cache if isinstance(past_key_values, EncoderDecoderCache) else None
-        )
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,

@@ -165,7 +165,7 @@ class TopK:
         return Choice(torch.topk(live_scores, k=self.k)[1], may_finish, torch.ones_like(may_finish), None)
 
     def first_k(self, scores: torch.Tensor) -> torch.Tensor:
-        """Whether each candidate is among the k likeliest of its sentence (candidates come likeliest first)."""
+        """Whether each candidate is among the first k its sentence proposed (the k likeliest, unless sampled)."""
         return (torch.arange(scores.shape[1], device=scores.device) < self.k)[None, :].expand(scores.shape)
 
 
