@@ -9,6 +9,7 @@ from helpers.refusals import refused
 from helpers.training_setup import TINY_PAIRS, run_command
 
 from modeling_vaswani.toolkit.cli import translate as translate_command
+from modeling_vaswani.toolkit.translation.alignment import pharaoh, translate_aligned
 from modeling_vaswani.toolkit.translation.engines import load_translator
 from modeling_vaswani.toolkit.translation.terminology import Glossary
 from modeling_vaswani.toolkit.translation.translate import translate
@@ -45,6 +46,22 @@ def test_the_files_terms_are_the_librarys(trained, files, tmp_path, capsys):
     lines = out.split("\n")
     assert "Fahrrad" in lines[0] and "Hunde" in lines[1] and "im Schnee" in lines[1]
     assert "Frau" in lines[2] and "singt" not in lines[2]
+
+
+def test_alignments_are_those_of_the_translations_that_meet_the_terms(trained, files, capsys):
+    """--alignments with terminology (refused by the command before issue 52, answered by vaswani-serve): each line
+    is the terminology's translation, " ||| " and that translation's word alignment, as the library gives them."""
+    source, constraints, avoid, glossary = files
+    argv = [trained, "--input", source, "--constraints", constraints, "--avoid", avoid, "--glossary", glossary]
+    code, out, err = run([*argv, "--alignments", *OPTIONS], capsys)
+    assert code == 0, err
+    model, tokenizer = load_translator(str(trained))
+    aligned = translate_aligned(
+        model, tokenizer, LINES, constraints=[["Fahrrad"], ["Hunde", "im Schnee"], []], avoid=[[], [], ["singt"]],
+        glossary=Glossary({"girl": "Frau"}), max_new_tokens=12, progress=False,
+    )  # fmt: skip
+    assert out.split("\n") == [*(f"{line.text} ||| {pharaoh(line.alignment)}" for line in aligned), ""]
+    assert "Fahrrad" in aligned[0].text and "singt" not in aligned[2].text and all(line.alignment for line in aligned)
 
 
 def test_phrases_to_avoid_hold_without_the_papers_decoding_too(trained, files, capsys):
@@ -96,10 +113,6 @@ def test_terms_that_cannot_be_used_are_refused_before_any_model_loads(trained, f
             assert (
                 f"{option} need(s) the paper's search with lexical constraints; {model} runs on CTranslate2" in error
             )
-    argv = [trained, "--input", source, "--avoid", avoid, "--alignments"]
-    error = refused(translate_command.main, argv, capsys, one_line=False)
-    # Worded by the request's one check (translation/request.py), the same for every front end.
-    assert "--alignments with --avoid, one or the other; drop --alignments" in error
     for option, path in (("--constraints", constraints), ("--glossary", glossary)):
         argv = [trained, "--input", source, option, path, "--avoid", avoid, "--no_paper_decoding"]
         error = refused(translate_command.main, argv, capsys, one_line=False)

@@ -102,10 +102,10 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
             split_sentences=self.split_sentences if split_sentences is None else split_sentences,
         ).check(engine_of(self.model), spelling=Spelling(names={"nbest": "num_return_sequences"}))
         split, language, glossary = request.split_sentences, request.language, request.glossary
-        if constraints is not None or avoid is not None or glossary is not None:
-            return self.translate_terminology(inputs, request, kwargs)
         if alignments:
             self.check_alignments(alignments, inputs, split, kwargs)
+        if constraints is not None or avoid is not None or glossary is not None:
+            return self.translate_terminology(inputs, request, kwargs)
         if not split:
             results = super().__call__(inputs, **kwargs)
             if alignments:  # one result a text (one candidate): each text aligned whole
@@ -168,6 +168,8 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         translations = [result["translation_text"] for result in results]
         joined = layout.join(translations) if split else translations
         answers = [{"translation_text": text} for text in joined]
+        if request.alignments:  # of the translations that meet the terminology
+            self.add_alignments(answers, sentences, translations, layout)
         return answers[:1] if single else answers
 
     def check_alignments(self, alignments, inputs, split: bool, kwargs: dict) -> None:

@@ -154,21 +154,11 @@ def refuse_ensemble_without_the_paper(request, engine, beams, model, spelling) -
 
 
 def refuse_alignments_with(request, engine, beams, model, spelling) -> None:
-    """Word alignments are of an input's one translation, decoded without terminology."""
-    if not request.alignments:
-        return
-    given = spelling.given("alignments", True)
-    if request.nbest is not None:
-        raise RequestError(
-            f"{given} with {spelling.given('nbest', request.nbest)}; alignments are of each input's one "
-            f"translation: {spelling.remedy(request, ['nbest', 'alignments'])}",
-            "alignments",
-        )
-    if terms := asked(request, PHRASES, spelling):
-        raise RequestError(
-            f"{given} with {' and '.join(terms)}, one or the other; {spelling.remedy(request, ['alignments'])}",
-            "alignments",
-        )
+    """Word alignments are of an input's one translation (with terminology, of the translation that meets it)."""
+    if request.alignments and request.nbest is not None:
+        given = f"{spelling.given('alignments', True)} with {spelling.given('nbest', request.nbest)}"
+        remedy = spelling.remedy(request, ["nbest", "alignments"])
+        raise RequestError(f"{given}; alignments are of each input's one translation: {remedy}", "alignments")
 
 
 def refuse_held_phrases_without_the_paper(request, engine, beams, model, spelling) -> None:
@@ -265,9 +255,9 @@ def translate_request(model, tokenizer, request: TranslationRequest, **generate_
         "target_prefixes": request.target_prefixes, "split_sentences": request.split_sentences,
         "first_line": request.first_line,
     }  # fmt: skip
+    options |= {"constraints": request.constraints, "avoid": request.avoid, "glossary": request.glossary}
     if request.alignments:
         return translate_aligned(model, tokenizer, texts, **options)
-    options |= {"constraints": request.constraints, "avoid": request.avoid, "glossary": request.glossary}
     if request.nbest is not None:
         return translate_nbest(model, tokenizer, texts, request.nbest, **options)
     return translate(model, tokenizer, texts, **options)

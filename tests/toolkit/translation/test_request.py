@@ -66,11 +66,6 @@ REFUSALS = [
         "--alignments with --nbest 3; alignments are of each input's one translation: drop --nbest or --alignments",
     ),
     (
-        {"alignments": True, "avoid": [["x"]]}, PyTorch, "alignments",
-        "alignments=True with avoid, one or the other; expected alignments=False",
-        "--alignments with --avoid, one or the other; drop --alignments",
-    ),
-    (
         {"format": "xml-inline", "nbest": 2, "split_sentences": False}, PyTorch, "format",
         "format='xml-inline' writes the translation with its markup, one way; expected nbest=None and "
         "split_sentences=True, or format='text'",
@@ -214,3 +209,12 @@ def test_a_request_is_translated_by_the_function_its_options_choose(loaded):
     assert marked == translate_markup(model, tokenizer, ["<b>A</b> man."], "xml-inline", **fast)
     with pytest.raises(InputError, match="alignments=True with nbest=2"):
         translate_request(model, tokenizer, replace(plain, alignments=True, nbest=2))
+    # Alignments with terminology: those of the translation that meets it (vaswani-serve answered them before the
+    # request; the command and the pipeline now do too).
+    one, terms = ["A man rides a bike."], [["Fahrrad"]]
+    held = replace(plain, texts=one, alignments=True, constraints=terms, max_new_tokens=12)
+    held = translate_request(model, tokenizer, held)
+    room = {**fast, "max_new_tokens": 12}  # the constraint's pieces fit
+    assert [line.text for line in held] == translate(model, tokenizer, one, constraints=terms, **room)
+    assert "Fahrrad" in held[0].text
+    assert held == translate_aligned(model, tokenizer, one, constraints=terms, **room)

@@ -11,6 +11,7 @@ import pytest
 from helpers.training_setup import TINY_PAIRS, trained_tiny_checkpoint
 
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
+from modeling_vaswani.toolkit.translation.alignment import translate_aligned
 from modeling_vaswani.toolkit.translation.engines import load_translator
 from modeling_vaswani.toolkit.translation.terminology import Glossary
 from modeling_vaswani.toolkit.translation.translate import InputError, translate
@@ -181,7 +182,12 @@ def test_the_pipeline_takes_the_same_terms_as_translate(loaded, tmp_path):
     expected = translate(model, tokenizer, texts, constraints=constraints, **FAST)
     assert translator(texts, constraints=constraints) == [{"translation_text": text} for text in expected]
     assert translator(LINES[1], constraints=["Hunde"]) == translator([LINES[1]], constraints=[["Hunde"]])
-    with pytest.raises(ValueError, match="alignments=True with constraints"):
-        translator(LINES[1], constraints=["Hunde"], alignments=True)
+    # With alignments, those of the translation that meets the terms, in the text's word positions.
+    aligned = translator(texts, constraints=constraints, alignments=True)
+    assert [answer["translation_text"] for answer in aligned] == expected
+    assert aligned == [
+        {"translation_text": line.text, "alignment": line.alignment}
+        for line in translate_aligned(model, tokenizer, texts, constraints=constraints, **FAST)
+    ]
     with pytest.raises(ValueError, match=r"glossary holds 'snow': ''; expected non-blank"):
         translator(LINES[1], glossary={"snow": ""})
