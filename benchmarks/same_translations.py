@@ -100,7 +100,7 @@ def html_document(sentences: list[str], number: int) -> str:
     return f"<!DOCTYPE html>\n<html><head><title>Document {number}</title></head>\n<body>\n{body}\n</body></html>\n"
 
 
-def prepare(sample: list[str], folder: Path) -> dict[str, list[list[str]]]:
+def prepare(sample: list[str], folder: Path, documents: int = MARKUP_DOCUMENTS) -> dict[str, list[list[str]]]:
     """Writes the inputs into `folder` and returns, for each mode, its runs' extra arguments (one run a mode, one a
     markup document); each run's --output is added by `run_mode`."""
     (folder / "test.en").write_text("".join(line + "\n" for line in sample), encoding="utf-8")
@@ -109,7 +109,7 @@ def prepare(sample: list[str], folder: Path) -> dict[str, list[list[str]]]:
     paragraphs = [" ".join(sample[i : i + PARAGRAPH]) for i in range(0, len(sample), PARAGRAPH)]
     (folder / "paragraphs.en").write_text("".join(p + "\n" for p in paragraphs), encoding="utf-8")
     markup = []
-    for number in range(MARKUP_DOCUMENTS):
+    for number in range(documents):
         chunk = sample[number * MARKUP_SENTENCES : (number + 1) * MARKUP_SENTENCES]
         (folder / f"document{number}.html").write_text(html_document(chunk, number), encoding="utf-8")
         markup.append(["--input", str(folder / f"document{number}.html"), "--format", "html"])
@@ -172,10 +172,13 @@ def main(argv=None) -> int:
     parser.add_argument("--test_set", type=Path, default=TEST2016, help="source lines (default: test2016 En, shipped)")
     parser.add_argument("--lines", type=int, help="the first N lines only (default: all)")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    parser.add_argument("--documents", type=int, default=MARKUP_DOCUMENTS, help="HTML documents in the markup mode")
     parser.add_argument("--keep", type=Path, help="a new folder to keep the inputs and both sides' outputs in")
     arguments = parser.parse_args(argv)
-    if arguments.lines is not None and arguments.lines < MARKUP_DOCUMENTS * MARKUP_SENTENCES:
-        parser.error(f"--lines {arguments.lines}: expected at least {MARKUP_DOCUMENTS * MARKUP_SENTENCES}")
+    if arguments.documents < 1:
+        parser.error(f"--documents {arguments.documents}: expected at least 1")
+    if arguments.lines is not None and arguments.lines < arguments.documents * MARKUP_SENTENCES:
+        parser.error(f"--lines {arguments.lines}: expected at least {arguments.documents * MARKUP_SENTENCES}")
     checkouts = {"before": arguments.before.resolve(), "after": arguments.after.resolve()}
     for side, checkout in checkouts.items():
         print(f"{side}: {checkout} imports {package_origin(checkout)}")
@@ -185,7 +188,7 @@ def main(argv=None) -> int:
     folder = arguments.keep or Path(tempfile.mkdtemp(prefix="same_translations_"))
     for side in checkouts:
         (folder / side).mkdir()
-    runs = prepare(sources, folder)
+    runs = prepare(sources, folder, arguments.documents)
     print(f"{arguments.test_set.name}: {len(sources)} lines (the sample)")
     identical = True
     for mode in arguments.modes:
