@@ -4,6 +4,7 @@ folder, and everything it names exists (issue 52: the page had left out modules 
 The tree is read as written: an entry is a name at its indentation (two spaces a level) followed by a description;
 a folder entry's description, and the lines that continue it, list the folder's files and subfolders by name."""
 
+import ast
 import re
 
 from helpers.training_setup import REPO
@@ -87,3 +88,18 @@ def test_the_reader_of_the_tree_sees_its_folders():
         "pkg", "pkg/a.py", "pkg/room", "pkg/room/x.py", "pkg/room/y.py", "pkg/room/deep/w.py", "pkg/room/z", "pkg/c.py"
     }  # fmt: skip
     assert entries == {"pkg", "pkg/a.py", "pkg/room", "pkg/c.py"}
+
+
+def test_each_package_docstring_names_its_modules():
+    """The toolkit's docstring names every room, and each room's every module (the commands' room says "one module a
+    command"), in backticks: a room's newest module cannot be left out of the text that introduces it."""
+    toolkit = REPO / PACKAGE / "toolkit"
+    rooms = [path for path in toolkit.iterdir() if path.suffix == ".py" or (path / "__init__.py").is_file()]
+    for folder, members in [(toolkit, rooms), *((room, list(room.iterdir())) for room in rooms if room.is_dir())]:
+        if folder.name == "cli":
+            continue
+        docstring = ast.get_docstring(ast.parse((folder / "__init__.py").read_text(encoding="utf-8"))) or ""
+        modules = [path for path in members if path.suffix == ".py" or (path / "__init__.py").is_file()]
+        names = {path.stem for path in modules if path.name != "__init__.py"}
+        missing = sorted(name for name in names if f"`{name}`" not in docstring)
+        assert not missing, f"{folder.relative_to(REPO)}/__init__.py's docstring leaves out {missing}"

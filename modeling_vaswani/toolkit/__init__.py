@@ -1,12 +1,16 @@
 """The toolkit: what surrounds the model when people train, translate, convert and share it. Never imported by the
 model (the payload above it), and none of it travels with a checkpoint. Its rooms, from the bottom up:
 
+- `texts`: the one reader of the text a user writes, and the one writer of line output;
+- `outputs`: the one atomic writer, and the checks that an output is the command's own;
 - `checkpoints`: the one home of finding, validating, opening and loading a checkpoint folder;
 - `runtime`: process settings the commands and the Trainer apply for their own processes;
-- `data`: corpora, the shared BPE vocabulary, token-budget batches, and the shipped Multi30k;
-- `evaluation`: translating many sentences, BLEU, plots;
-- `training`: the Trainer with Section 5's recipe, presets, checkpoint averaging, the train and ablate jobs;
-- `serving`: running a CTranslate2 export, choosing an engine;
+- `data`: corpora, the shared BPE vocabulary, token-budget batches, sentences and markup, and the shipped Multi30k;
+- `evaluation`: BLEU, chrF and TER, and plots;
+- `translation`: one request and its check, the engines, translating sentences, documents and terminology;
+- `serving`: vaswani-serve, the HTTP API over a translation service;
+- `training`: the Trainer with Section 5's recipe, presets, checkpoint averaging, the time budget's plan, the train
+  and ablate jobs;
 - `interop`: Marian and fairseq checkpoints in, CTranslate2 out;
 - `hub`: the model card and the push;
 - `cli`: the `vaswani-*` commands, thin front ends that nothing imports.

@@ -1,1 +1,2 @@
-"""Sharing a checkpoint on the Hugging Face Hub: its model card and the push."""
+"""Sharing a checkpoint on the Hugging Face Hub: what a push uploads and deletes, its model card and the upload
+(`push`)."""

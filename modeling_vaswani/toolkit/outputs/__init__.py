@@ -22,12 +22,13 @@ killed run, a full disk or an error leaves the earlier output whole. Each rule h
 - `writers`: `staged_file`, `staged_folder` and what is built on them; `modes`: what is written takes the
   permissions that `open` and `mkdir` give under the user's umask, whatever the library that wrote it chose.
 - `failures`: a failure of the file system names the output file it was writing, as its writer declared it (`writing`:
-  one file; `writing_natively`: the file a library call writing several writes by native code), never a hidden copy.
+  one file; `writing_natively`: the file a library call writing several writes by native code; `writing_into`: a
+  staged folder's files), never a hidden copy; `errors`: `OutputError`, a refusal of an output.
 """
 
 from .checks import check_output_file, check_output_folder, check_working_folder, check_writable
 from .errors import OutputError
-from .failures import write_failure, writing, writing_natively
+from .failures import write_failure, writing, writing_into, writing_natively
 from .locks import claim, release
 from .markers import (
     ATTENTION_MAPS,
@@ -90,5 +91,6 @@ __all__ = [
     "write_failure",
     "write_text",
     "writing",
+    "writing_into",
     "writing_natively",
 ]
