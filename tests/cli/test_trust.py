@@ -221,7 +221,10 @@ def test_train_refusals_exit_2_with_one_line(tmp_path, capsys):
     assert f"output folder {tmp_path / 'home'} holds photos/, thesis.tex, which vaswani-train does not write" in error
 
 
-def test_a_full_disk_during_a_checkpoint_save_says_no_space_left(checkpoint, tmp_path):
+@pytest.mark.parametrize(
+    "room, failed", [(250_000, "model.safetensors"), (600_000, "optimizer.pt")], ids=["weights", "optimizer"]
+)
+def test_a_full_disk_during_a_checkpoint_save_says_no_space_left(checkpoint, tmp_path, room, failed):
     from helpers.training_setup import tokenized_slice
     from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
@@ -230,7 +233,7 @@ def test_a_full_disk_during_a_checkpoint_save_says_no_space_left(checkpoint, tmp
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
     with small_disk(tmp_path / "disk", "1m") as disk:
-        fill(disk, leave_bytes=300_000)  # room for the model's weights, not for the optimizer's state beside them
+        fill(disk, leave_bytes=room)  # safetensors' weights fail (and are deleted), or torch.save's optimizer state
         arguments = VaswaniTrainingArguments(
             output_dir=str(disk / "run"), max_steps=1, save_strategy="steps", save_steps=1, report_to=[],
             per_device_train_batch_size=4, use_cpu=True,
@@ -240,7 +243,9 @@ def test_a_full_disk_during_a_checkpoint_save_says_no_space_left(checkpoint, tmp
         )
         with pytest.raises(OSError) as raised:
             trainer.train()
-        assert raised.value.errno == 28 and "no space left while saving a checkpoint" in str(raised.value)
+        # The outputs room's one failure (`writing_into`): the file of checkpoint-1 it was writing, as the user will
+        # find it, where this said "no space left while saving a checkpoint" and named the hidden .tmp-checkpoint-1.
+        assert raised.value.errno == 28 and raised.value.filename == str(disk / "run" / "checkpoint-1" / failed)
         assert not (disk / "run" / "checkpoint-1").exists()
 
 

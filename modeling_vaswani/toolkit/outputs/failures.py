@@ -40,12 +40,28 @@ def writing_natively(folder: str | Path, name: str | None) -> Iterator[Path]:
     `name` among them by native code (safetensors' weights, tokenizers' tokenizer.json): its failure is no OSError
     and names no file, and safetensors deletes what it could not write, leaving nothing on disk to tell, so it names
     `folder/name`. An OSError naming no file comes from Python's own file objects (the configurations' JSON), which
-    leave their partial file: the folder's writer names the last one on disk (`write_failure`)."""
+    leave their partial file: the folder's writer names the last one on disk (`write_failure`). So does a failure
+    after `name` was written whole (`_failed_after`: a Trainer's save writes the tokenizer and the optimizer after
+    the weights)."""
     folder = Path(folder)
     try:
         yield folder
     except Exception as error:
-        named = None if name is None or isinstance(error, OSError) else write_failure(error, folder / name)
+        declared = name is not None and not isinstance(error, OSError) and not _failed_after(folder, name)
+        named = write_failure(error, folder / name) if declared else None
+        if named is not None:
+            raise named from error
+        raise
+
+
+@contextmanager
+def writing_into(path: str | Path, staged: str | Path) -> Iterator[Path]:
+    """The block writes into the folder `staged` what becomes (or joins) `path`: a failure of the file system names
+    the file as the user will find it, `path/NAME` (`write_failure`)."""
+    try:
+        yield Path(staged)
+    except BaseException as error:
+        named = write_failure(error, Path(path), Path(staged))
         if named is not None:
             raise named from error
         raise
@@ -97,6 +113,13 @@ def _last_written(path: Path, staged: Path | None) -> Path:
     if not files:
         return path
     return path / max(files, key=lambda file: file.stat().st_mtime_ns).relative_to(staged)
+
+
+def _failed_after(folder: Path, name: str) -> bool:
+    """Whether a file of `folder` was written after its file `name`: the failure was that later file's. The file
+    that failed is either gone (safetensors deletes what it could not write) or the last written (tokenizers and
+    torch.save leave their partial file)."""
+    return (folder / name).exists() and _last_written(folder, folder) != folder / name
 
 
 def _nearly_full(path: Path) -> bool:

@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .checks import check_room_to_set_aside
-from .failures import write_failure, writing, writing_natively
+from .failures import write_failure, writing, writing_into, writing_natively
 from .locks import locked, note
 from .markers import Output, check_owned, entries, read_marker, write_marker
 from .modes import settle_modes, umask
@@ -195,13 +195,9 @@ def save_into(folder: str | Path, item) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     staged = Path(tempfile.mkdtemp(prefix=partial_prefix(folder), dir=folder.parent))
     try:
-        save_object(staged, item)
-        move_files_into(staged, folder)
-    except BaseException as error:
-        named = write_failure(error, folder, staged)
-        if named is not None:
-            raise named from error
-        raise
+        with writing_into(folder, staged):
+            save_object(staged, item)
+            move_files_into(staged, folder)
     finally:
         shutil.rmtree(staged, ignore_errors=True)
 

@@ -20,6 +20,7 @@ from datasets import DatasetDict, is_caching_enabled
 from datasets.fingerprint import Hasher, generate_fingerprint
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, HfArgumentParser, IntervalStrategy
 from transformers.trainer_utils import TrainOutput
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 from ...modeling_vaswani import VaswaniForConditionalGeneration
 from ..checkpoints import (
@@ -56,6 +57,8 @@ from ..outputs import (
     save_object,
     write_failure,
     write_text,
+    writing_into,
+    writing_natively,
 )
 from ..texts import write_lines
 from ..translation.translate import translate
@@ -525,13 +528,15 @@ def train_model(
 
 def save_final_model(trainer: VaswaniTrainer, output_dir: Path) -> None:
     """`trainer.save_model` written aside, then each file moved into `output_dir` atomically by the main process (as
-    `outputs.save_into` does; the staging folder has one name on every rank, which a sharded save needs)."""
+    `outputs.save_into` does; the staging folder has one name on every rank, which a sharded save needs). A failure of
+    the file system names the file of `output_dir` it was writing, the weights declared (`writing_natively`)."""
     staged = output_dir / f".final-model.partial-{trainer.state.global_step}"
     if trainer.args.should_save:  # what a run killed while saving left
         for leftover in output_dir.glob(".final-model.partial-*"):
             shutil.rmtree(leftover)
     trainer.accelerator.wait_for_everyone()
-    trainer.save_model(str(staged))
+    with writing_into(output_dir, staged), writing_natively(staged, SAFE_WEIGHTS_NAME):
+        trainer.save_model(str(staged))
     trainer.accelerator.wait_for_everyone()
     if trainer.args.should_save:
         move_files_into(staged, output_dir)

@@ -8,7 +8,6 @@ Trainer writes checkpoint-N in place, so a kill while saving leaves a folder tha
 """
 
 import copy
-import errno
 import inspect
 import logging
 import math
@@ -20,7 +19,6 @@ from pathlib import Path
 
 import torch
 import transformers
-from safetensors import SafetensorError
 from torch.utils.data import DataLoader
 from transformers import (
     DataCollatorForSeq2Seq,
@@ -30,9 +28,11 @@ from transformers import (
     TrainerCallback,
 )
 from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, rotate_checkpoints
+from transformers.utils import SAFE_WEIGHTS_NAME
 
 from ..checkpoints import find_checkpoints
 from ..data.batching import TokenBudgetBatchSampler
+from ..outputs import writing_into, writing_natively
 from ..runtime import apply_process_settings
 from .averaging import average_checkpoints
 
@@ -378,16 +378,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
                 shutil.rmtree(stale)
         self.accelerator.wait_for_everyone()
         self._staging_dir = str(staging)
-        try:
-            super()._save_checkpoint(model, trial)
-        except (RuntimeError, SafetensorError) as error:
-            # On a full disk torch.save says "PytorchStreamWriter failed writing file ... unexpected pos" and
-            # safetensors "Error while serializing: I/O error", naming no file: told as the OSError it is.
-            if disk_is_full(staging):
-                raise OSError(
-                    errno.ENOSPC, f"no space left while saving a checkpoint ({error})", str(staging)
-                ) from error
-            raise
+        try:  # a full disk names the file of checkpoint-N it was writing, never the staging folder
+            with writing_into(run_dir / name, staging / name), writing_natively(staging / name, SAFE_WEIGHTS_NAME):
+                super()._save_checkpoint(model, trial)
         finally:
             self._staging_dir = None
         self.accelerator.wait_for_everyone()  # every rank has written its part (RNG states, sharded optimizers)
@@ -410,12 +403,6 @@ class VaswaniTrainer(Seq2SeqTrainer):
             shutil.rmtree(staging)
             rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
         self.accelerator.wait_for_everyone()
-
-
-def disk_is_full(folder: Path) -> bool:
-    """Whether the disk holding `folder` (or its nearest existing parent) has less than a megabyte left."""
-    base = next(path for path in (folder, *folder.parents) if path.exists())
-    return shutil.disk_usage(base).free < 1 << 20
 
 
 def load_full_weights_into_fsdp2(model: torch.nn.Module, checkpoint: str) -> None:
