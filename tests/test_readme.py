@@ -102,3 +102,24 @@ def test_no_python_hides_in_other_fences():
             starts = code.lstrip().split("\n", 1)[0]
             looks_python = re.match(r"(import \w|from [\w.]+ import )", starts)
             assert not looks_python, f"{path.relative_to(ROOT)}:{line}: Python in a ```{language} fence"
+
+
+def collected(*options: str) -> int:
+    """How many tests pytest collects with `options`, counted by pytest itself in a fresh process."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-p", "no:cacheprovider", *options],
+        cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    counts = re.findall(r"^(\d+)(?:/(\d+))? tests? collected", result.stdout, re.M)
+    assert counts, f"pytest --collect-only {options} printed no count:\n{result.stdout[-2000:]}{result.stderr[-2000:]}"
+    return int(counts[-1][0])
+
+
+@pytest.mark.slow  # two collections of the whole suite in fresh processes
+def test_the_readmes_test_counts_are_the_suites():
+    """README's test command says how many tests the edit-test loop runs of how many: the counts pytest gives."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    stated = re.search(r'-m "not slow".*?([\d,]+) of the ([\d,]+) tests', readme)
+    assert stated, "README.md's test command no longer states the not-slow loop's count"
+    not_slow, every = (int(number.replace(",", "")) for number in stated.groups())
+    assert (not_slow, every) == (collected("-m", "not slow"), collected()), "README.md's test counts are stale"
