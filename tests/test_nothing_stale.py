@@ -46,6 +46,9 @@ NOT_REPOSITORY_FILES = {
     "docs/performance.md: modeling_vaswani/allocator_vaswani.py": "benchmark outputs quoted as printed on their date, "
     "when the file existed; the page says where its setting lives now",
     "benchmarks/gpu/wheels": "the folder benchmarks/gpu/fetch_wheels.sh makes for the GPU machines; git ignores it",
+    "docs/results.md: work/base52/modeling_vaswani/__init__.py": "a printout of benchmarks/same_translations.py as it "
+    "ran: the package each side imported, in the git worktrees of that evening",
+    "docs/results.md: work/head52/modeling_vaswani/__init__.py": "the same printout's other side",
 }
 
 URL = re.compile(r"[a-z][a-z0-9+.-]*://\S+")
