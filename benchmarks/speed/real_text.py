@@ -124,19 +124,21 @@ def prepare_engines(model_dir: Path, folder: Path, engines) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-class StockGenerate:
+def stock_generate(model):
     """transformers' generate() of a model that has no paper decoding (MarianMTModel), behind the part of a model's
-    interface that `translate` uses."""
+    interface that `translate` uses: a PyTorch module, which the translation room's PyTorch engine holds (defined here
+    because this module imports torch only in the processes that translate)."""
+    import torch
 
-    def __init__(self, model):
-        self.model, self.config, self.device = model, model.config, model.device
+    class StockGenerate(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model, self.config, self.device = model, model.config, model.device
 
-    def eval(self):
-        self.model.eval()
-        return self
+        def generate(self, paper_decoding: bool = False, **kwargs):
+            return self.model.generate(**kwargs)
 
-    def generate(self, paper_decoding: bool = False, **kwargs):
-        return self.model.generate(**kwargs)
+    return StockGenerate()
 
 
 def load_engine(engine: str, folder: str, model_dir: str, threads: int):
@@ -150,7 +152,7 @@ def load_engine(engine: str, folder: str, model_dir: str, threads: int):
 
         return CTranslate2Model(folder, intra_threads=threads), AutoTokenizer.from_pretrained(folder)
     if engine == "marian":
-        return StockGenerate(MarianMTModel.from_pretrained(folder)), AutoTokenizer.from_pretrained(model_dir)
+        return stock_generate(MarianMTModel.from_pretrained(folder)), AutoTokenizer.from_pretrained(model_dir)
     return load_translator(folder, engine="pytorch")
 
 

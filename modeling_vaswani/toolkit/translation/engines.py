@@ -105,8 +105,12 @@ def engine_for(folder: Path | None, engine: str | None = None) -> type[Engine]:
 
 
 def engine_of(model) -> type[Engine]:
-    """The engine a loaded `model` runs on."""
-    return next(each for each in ENGINES.values() if each.holds(model))
+    """The engine a loaded `model` runs on, refused (TypeError) where no engine holds it."""
+    held = next((each for each in ENGINES.values() if each.holds(model)), None)
+    if held is None:
+        expected = ", ".join(f"{each.title}'s" for each in ENGINES.values())
+        raise TypeError(f"a model of type {type(model).__name__} runs on no engine; expected a model {expected}")
+    return held
 
 
 def load_translator(

@@ -7,13 +7,14 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import modeling_vaswani
 from modeling_vaswani.toolkit.translation.alignment import AlignedTranslation, translate_aligned
 from modeling_vaswani.toolkit.translation.documents import translate_markup
-from modeling_vaswani.toolkit.translation.engines import ENGINES, CTranslate2, PyTorch, engine_for
+from modeling_vaswani.toolkit.translation.engines import ENGINES, CTranslate2, PyTorch, engine_for, engine_of
 from modeling_vaswani.toolkit.translation.errors import InputError
 from modeling_vaswani.toolkit.translation.request import Spelling, TranslationRequest, translate_request
 from modeling_vaswani.toolkit.translation.terminology import Glossary
@@ -114,6 +115,11 @@ def test_the_engines_declare_what_they_can_do_and_are_chosen_by_their_files(tmp_
     assert engine_for(tmp_path) is CTranslate2 and engine_for(tmp_path, "pytorch") is PyTorch
     with pytest.raises(ValueError, match="engine 'onnx' is unknown; expected one of pytorch, ctranslate2"):
         engine_for(tmp_path, "onnx")
+    # A loaded model is known by the engine that holds it; one no engine holds is named, not a StopIteration (the
+    # speed benchmark's wrapper of MarianMTModel, a plain object, met it before it became a module).
+    assert engine_of(torch.nn.Linear(1, 1)) is PyTorch
+    with pytest.raises(TypeError, match="a model of type object runs on no engine; expected a model PyTorch's, "):
+        engine_of(object())
 
 
 # Each refusal's words, which only its one home may hold.
