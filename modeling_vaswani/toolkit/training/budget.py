@@ -75,8 +75,8 @@ class Plan:
 
     def applied_to(self, args):
         """A copy of the training arguments `args` with the plan's steps, warmup, checkpoints and evaluations: what
-        the trainer that trains is built from, so that Equation 3's peak, the optimizer and the scheduler follow the
-        warmup and steps the plan ends with. `args` is left as given."""
+        the trainer trains by (`VaswaniTrainer.follow`), so that Equation 3's peak, the optimizer and the scheduler
+        follow the warmup and steps the plan ends with. `args` is left as given."""
         planned = copy.copy(args)
         planned.max_steps, planned.warmup_steps = self.max_steps, self.warmup_steps
         planned.save_steps = self.save_steps
@@ -265,7 +265,7 @@ def plan_run(trainer, main_job: bool = False) -> Plan:
     the schedule into it, logging the plan; warns loudly when the plan is too short for a usable model, and refuses
     (ValueError) a budget the measuring leaves no training step of. The run's own settings (the preset's, or the flags
     given) are the reference the plan scales down. Nothing of `trainer` or its arguments is changed: the plan is an
-    input of the trainer that trains (`Plan.applied_to` its arguments), and its thread count of the process.
+    input of the optimizer and the schedule (`VaswaniTrainer.follow`), and its thread count of the process.
     `main_job`: the run is the one PLANNED_RUNS measured (recipe.is_main_job), and the plan says what it is expected
     to score."""
     args = trainer.args

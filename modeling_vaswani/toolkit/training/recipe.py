@@ -503,24 +503,21 @@ def train_model(
     if model_args.length_penalty is not None:
         model.generation_config.length_penalty = model_args.length_penalty
 
-    def trainer_of(args: VaswaniTrainingArguments) -> VaswaniTrainer:
-        return VaswaniTrainer(
-            model=model,
-            args=args,
-            train_dataset=train,
-            eval_dataset=validation,
-            processing_class=tokenizer,
-            compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
-        )
-
+    trainer = VaswaniTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train,
+        eval_dataset=validation,
+        processing_class=tokenizer,
+        compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
+    )
     planned = training_args.max_train_minutes and training_args.plan_time_budget
     if planned and training_args.resume_from_checkpoint is None:  # a resumed run keeps the plan it started with
-        # Measured with a trainer of the arguments as given; the plan is then an input of the trainer that trains, so
-        # that Equation 3's peak, the optimizer and the scheduler are built from the warmup and steps it ends with.
-        plan = plan_run(trainer_of(training_args), main_job)
+        # Measured with the trainer of the arguments as given; the plan is then the input of the optimizer and of
+        # Equation 3's schedule, which train() builds from the warmup and steps it ends with.
+        plan = plan_run(trainer, main_job)
         torch.set_num_threads(plan.threads)  # the job owns its process: it trains on the count measured faster
-        training_args = plan.applied_to(training_args)
-    trainer = trainer_of(training_args)
+        trainer.follow(plan)
     output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_final_model(trainer, Path(training_args.output_dir))
     return trainer, output

@@ -254,6 +254,17 @@ class TimeBudgetCallback(TrainerCallback):
         return control
 
 
+def with_equation_3_peak(args: VaswaniTrainingArguments, d_model: int) -> VaswaniTrainingArguments:
+    """`args`, or where they ask for Equation 3's peak (--learning_rate 0 with the paper's schedule) a copy holding it:
+    d_model^-0.5 * warmup_steps^-0.5, the rate at step = warmup_steps. The caller's arguments stay as given, reusable
+    for another model or plan."""
+    if not (args.paper_schedule and args.learning_rate == 0):
+        return args
+    peaked = copy.copy(args)
+    peaked.learning_rate = paper_learning_rate(int(args.warmup_steps), d_model, args.warmup_steps)
+    return peaked
+
+
 class VaswaniTrainer(Seq2SeqTrainer):
     """Seq2SeqTrainer with Equation 3's schedule, token-budget batches and the paper's decoding for evaluation."""
 
@@ -265,11 +276,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             )
         check_private_hooks()
         apply_process_settings()  # for this process only; toolkit/runtime.py says why
-        if args.paper_schedule and args.learning_rate == 0:
-            # Equation 3 peaks at step = warmup_steps: d_model^-0.5 * warmup_steps^-0.5. Set on the Trainer's own
-            # copy of the arguments (self.args), so that the caller's stay as given, reusable for another model.
-            args = copy.copy(args)
-            args.learning_rate = paper_learning_rate(int(args.warmup_steps), model.config.d_model, args.warmup_steps)
+        given, args = args, with_equation_3_peak(args, model.config.d_model)
         if args.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, got {args.learning_rate}")
         if data_collator is None and kwargs.get("processing_class") is not None:
@@ -284,6 +291,16 @@ class VaswaniTrainer(Seq2SeqTrainer):
             callbacks += [SaveBestCallback(), EarlyStoppingCallback(args.early_stopping_patience)]
         super().__init__(model=model, args=args, data_collator=data_collator, callbacks=callbacks, **kwargs)
         self._equation_3_scheduler = None
+        self._args_given = given
+
+    def follow(self, plan) -> None:
+        """Trains by the time budget's `plan` (budget.plan_run): the arguments given with the plan's steps, warmup,
+        checkpoints and evaluations (`Plan.applied_to`), Equation 3's peak from the planned warmup. Only before
+        train() builds the optimizer and the schedule, which take the plan as their input; the one Trainer is kept
+        (with its accelerator, which DeepSpeed lets a process build once)."""
+        if self.optimizer is not None or self.lr_scheduler is not None:
+            raise RuntimeError("a plan must be followed before train() builds the optimizer and the schedule")
+        self.args = with_equation_3_peak(plan.applied_to(self._args_given), self.model.config.d_model)
 
     def train(self, *args, **kwargs):
         # Each run starts Equation 3 afresh (a resumed one then loads its scheduler's state), as the Trainer does with
