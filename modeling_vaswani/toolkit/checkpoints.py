@@ -11,6 +11,7 @@ Files are opened here first, by this process: a loader that meets a file it may 
 so `check_readable` names it, as permission denied, before any loader runs.
 """
 
+import hashlib
 import json
 import math
 import os
@@ -40,6 +41,14 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 EXPORT_FILE = "vaswani_ctranslate2.json"
 EXPORT_VOCABULARY = "shared_vocabulary.json"
 EXPORT_FILES = ("model.bin", "config.json", EXPORT_VOCABULARY, "generation_config.json", EXPORT_FILE)
+# What vaswani-export-onnx writes (toolkit/interop/onnx.py): the graphs under ONNX_FOLDER, by the names transformers.js
+# loads (a variant's with its suffix), and ONNX_FILE, the settings the onnxruntime engine reads and each graph's size
+# and SHA-256, so that a truncated or swapped file is named before onnxruntime reads it.
+ONNX_FOLDER, ONNX_FILE = "onnx", "vaswani_onnx.json"
+ONNX_ENCODER, ONNX_DECODER = "encoder_model.onnx", "decoder_model_merged.onnx"
+ONNX_SETTINGS = (
+    "max_position_embeddings", "position_rows", "vocab_size", "decoder_layers", "num_heads", "head_width", "d_model",
+)  # fmt: skip
 # model.bin's layout as read here: CTranslate2's binary version 6 (ctranslate2/specs/model_spec.py, `_serialize`), and
 # the byte size of each of its data types by id (the order of its DataType enum).
 CTRANSLATE2_BINARY_VERSION = 6
@@ -512,6 +521,105 @@ def load_generation_config(folder: Path) -> GenerationConfig:
         return GenerationConfig.from_pretrained(folder)
     except (OSError, ValueError, TypeError) as error:
         raise CheckpointError(f"{folder / 'generation_config.json'} does not load: {error}") from error
+
+
+def quantized_name(graph: str) -> str:
+    """The file of a graph's int8 variant, as transformers.js names its q8 files: encoder_model_quantized.onnx."""
+    return graph.replace(".onnx", "_quantized.onnx")
+
+
+def is_onnx_folder(folder: Path) -> bool:
+    """An ONNX export, whole or not: a folder holding ONNX_FILE or ONNX_FOLDER, so that `validate_onnx` names what
+    it lacks."""
+    return (folder / ONNX_FILE).is_file() or (folder / ONNX_FOLDER).is_dir()
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """A folder written by vaswani-export-onnx that passed `validate_onnx`: its graphs' paths (the int8 variant's
+    where asked for), its settings (ONNX_FILE), generation settings and tokenizer."""
+
+    encoder: Path
+    decoder: Path
+    settings: dict
+    generation_config: GenerationConfig
+    tokenizer: object
+
+
+def validate_onnx(folder, quantized: bool = False) -> OnnxExport:
+    """The ONNX export in `folder`, or CheckpointError naming the file missing or damaged and how: ONNX_FILE and its
+    settings, each graph (float32, or its int8 variant where `quantized`) of the size and SHA-256 the export
+    recorded, generation settings whose ids are in the vocabulary, and a tokenizer of the model's vocabulary size.
+    Nothing of onnxruntime runs."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"{folder} is not a folder; expected one written by vaswani-export-onnx")
+    check_readable(folder)
+    graphs = [ONNX_ENCODER, ONNX_DECODER]
+    graphs = [f"{ONNX_FOLDER}/{quantized_name(name) if quantized else name}" for name in graphs]
+    expected = (*graphs, "generation_config.json", ONNX_FILE)
+    missing = [name for name in expected if not (folder / name).is_file()]
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        missing.append(TOKENIZER_FILES[0])
+    if missing:
+        variant = " (exported with --quantize int8?)" if quantized else ""
+        raise CheckpointError(
+            f"ONNX export {folder} lacks {', '.join(missing)}; expected every file vaswani-export-onnx writes"
+            f"{variant}: export the checkpoint again"
+        )
+    settings = read_json(folder / ONNX_FILE)
+    for name in ONNX_SETTINGS:
+        value = settings.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise CheckpointError(
+                f"{folder / ONNX_FILE}: {name} is {value!r}; expected a positive integer, as vaswani-export-onnx "
+                "writes it"
+            )
+    recorded = settings.get("files") if isinstance(settings.get("files"), dict) else {}
+    for name in graphs:
+        check_recorded_file(folder, name, recorded.get(name))
+    generation = load_generation_config(folder)
+    vocab_size = settings["vocab_size"]
+    for name in ("pad_token_id", "eos_token_id", "decoder_start_token_id"):
+        value = getattr(generation, name)
+        if not isinstance(value, int) or not 0 <= value < vocab_size:
+            raise CheckpointError(
+                f"{folder / 'generation_config.json'}: {name} is {value!r}; expected an id of the vocabulary "
+                f"({vocab_size} tokens)"
+            )
+    tokenizer = load_tokenizer(folder)
+    if len(tokenizer) != vocab_size:
+        raise CheckpointError(
+            f"{folder}: the tokenizer has {len(tokenizer)} tokens but {folder / ONNX_FILE} says the model's "
+            f"vocab_size is {vocab_size}; expected the tokenizer exported with the model"
+        )
+    return OnnxExport(folder / graphs[0], folder / graphs[1], settings, generation, tokenizer)
+
+
+def check_recorded_file(folder: Path, name: str, record) -> None:
+    """`folder / name` of the size and SHA-256 that ONNX_FILE's `record` holds for it, else CheckpointError naming it:
+    a cut file by its size, another export's by its digest."""
+    path = folder / name
+    if not isinstance(record, dict) or not isinstance(record.get("bytes"), int) or "sha256" not in record:
+        raise CheckpointError(
+            f"{folder / ONNX_FILE} records no size and SHA-256 for {name}; expected both, as vaswani-export-onnx "
+            "writes them"
+        )
+    size = path.stat().st_size
+    if size != record["bytes"]:
+        raise CheckpointError(
+            f"{path} holds {size:,} bytes; the export wrote {record['bytes']:,} (cut short or replaced?): export "
+            "the checkpoint again"
+        )
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != record["sha256"]:
+        raise CheckpointError(
+            f"{path}: its SHA-256 is not the one the export recorded in {ONNX_FILE}; expected the graph exported "
+            "with this folder (a file of another export?): export the checkpoint again"
+        )
 
 
 def ctranslate2_rows(path: Path) -> int | None:
