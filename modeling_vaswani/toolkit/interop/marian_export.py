@@ -47,8 +47,8 @@ def check_marian_exportable(config: VaswaniConfig) -> None:
     head = config.d_model // config.num_heads
     if config.d_model % config.num_heads:
         raise ConversionError(
-            f"num_heads ({config.num_heads}) does not divide d_model ({config.d_model}); MarianMT's heads are "
-            "d_model / h wide, so the export expects h to divide d_model"
+            f"num_heads is {config.num_heads}; expected a divisor of d_model ({config.d_model}): MarianMT's heads are "
+            "d_model / h wide"
         )
     expected = {
         "position_embedding_type": ("sinusoidal", "MarianMT's positions are Section 3.5's fixed sinusoids, not a "
