@@ -13,12 +13,12 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 
 import torch
+
+from ..threads import choose_threads, torch_threads
 
 logger = logging.getLogger(__name__)
 
@@ -155,39 +155,6 @@ def cycled(dataloader):
             yield batch
         if empty:
             raise ValueError("the training data holds no batch; expected training examples")
-
-
-@contextmanager
-def torch_threads(count: int) -> Iterator[None]:
-    """torch's intra-op thread count set to `count` while the block runs, and set back after it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(count)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def choose_threads(
-    seconds_per_step, has_time: Callable[[], bool] = lambda: True
-) -> tuple[int, float, tuple[int, float] | None]:
-    """Times `seconds_per_step()` on torch's threads (one a core) and on one, and returns (the faster count, its
-    seconds a step, (the other count, its seconds a step) or None where there is one thread, or no time was left
-    (`has_time()`) to try it). torch's thread count is left as it was: the caller that owns the process applies the
-    choice.
-
-    On a machine another job keeps busy, OpenMP threads that spin at every barrier waiting for a thread without a
-    core turn a step several times slower: on 2 cores, the small preset's step took 0.52 s alone, 3.3 s beside a
-    second such job with 2 threads each, and 0.89 s with one thread each (2026-11-26, docs/results.md)."""
-    threads = torch.get_num_threads()
-    measured = seconds_per_step()
-    if threads == 1 or not has_time():
-        return threads, measured, None
-    with torch_threads(1):
-        alone = seconds_per_step()
-    if alone < measured:
-        return 1, alone, (threads, measured)
-    return threads, measured, (1, alone)
 
 
 @dataclass

@@ -1,0 +1,150 @@
+"""How many threads torch runs a command's work on: the user's choice where they made one (--threads N, or
+OMP_NUM_THREADS in the environment, which torch reads at start), else whichever of torch's default (one a core) and
+one thread does a short sample of the command's own work faster. Training (training/budget.py), vaswani-translate,
+-evaluate, -score and -serve all choose by `choose_threads`.
+
+Why measure rather than keep torch's default: on a machine another job keeps busy, OpenMP threads that spin at every
+barrier waiting for a thread without a core make the work several times slower, and no setting of torch's tells when.
+On 2 cores, the small preset's training step took 0.52 s alone, 3.3 s beside a second such job with 2 threads each,
+and 0.89 s with one thread each (2026-11-26); translating 200 test2016 sentences under a load of 4 took 292 s on two
+threads and 35 s on one (2026-11-27, docs/results.md). On a quiet machine the default is the faster, so neither count
+can be fixed for everyone.
+"""
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+# The environment's thread settings a user makes: torch's intra-op pool takes its size from them at start.
+USER_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+# The sample a translating command times: PROBE_SENTENCES source sentences of PROBE_TOKENS tokens (about a Multi30k
+# caption's), PROBE_STEPS decoder steps of the model's own beam search; about 0.1-0.4 s of the small preset's work.
+PROBE_SENTENCES, PROBE_TOKENS, PROBE_STEPS = 16, 24, 8
+
+
+@contextmanager
+def torch_threads(count: int) -> Iterator[None]:
+    """torch's intra-op thread count set to `count` while the block runs, and set back after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def user_threads(environ=None) -> str | None:
+    """The environment variable by which the user fixed torch's thread count (`USER_SETTINGS`), None where none is
+    set."""
+    environ = os.environ if environ is None else environ
+    return next((name for name in USER_SETTINGS if environ.get(name, "").strip()), None)
+
+
+def choose_threads(
+    seconds_per_step, has_time: Callable[[], bool] = lambda: True, environ=None
+) -> tuple[int, float, tuple[int, float] | None]:
+    """Times `seconds_per_step()` on torch's threads (one a core) and on one, and returns (the faster count, its
+    seconds a step, (the other count, its seconds a step) or None where there is one thread, the user fixed the count
+    (`user_threads(environ)`), or no time was left (`has_time()`) to try it). torch's thread count is left as it was:
+    the caller that owns the process applies the choice."""
+    threads = torch.get_num_threads()
+    measured = seconds_per_step()
+    if threads == 1 or user_threads(environ) or not has_time():
+        return threads, measured, None
+    with torch_threads(1):
+        alone = seconds_per_step()
+    if alone < measured:
+        return 1, alone, (threads, measured)
+    return threads, measured, (1, alone)
+
+
+@dataclass(frozen=True)
+class Threads:
+    """What a command runs on: `count` threads, and why: "--threads" or the environment variable the user set,
+    "measured" (then `seconds`, the sample's seconds on the count chosen, and `other`, (the count not chosen, its
+    seconds)), or, where there was nothing to choose, "torch's count" (one thread) or "its engine's own threads"."""
+
+    count: int
+    reason: str
+    seconds: float | None = None
+    other: tuple[int, float] | None = None
+
+    def describe(self, work: str) -> str:
+        threads = f"{self.count} thread{'s' * (self.count > 1)}"
+        if self.other is None:
+            return f"{work} on {threads} ({self.reason})"
+        other, seconds = self.other
+        return (
+            f"{work} on {threads}, measured faster than {other} on a sample of it ({self.seconds:.2f} s against "
+            f"{seconds:.2f} s); --threads N fixes the count"
+        )
+
+
+def timed(work: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def command_threads(sample: Callable[[], object] | None, requested: int | None = None, environ=None) -> Threads:
+    """The thread count a command runs its work on: `requested` (its --threads) where given, else the count the
+    environment fixed (`user_threads`), else the faster on `sample` (a short piece of the command's own work, run once
+    untimed first, so that neither count pays for first-call set-up) as `choose_threads` measures it. `sample` None:
+    the work does not run on torch's threads (a CTranslate2 model), which keeps torch's count."""
+    if requested is not None:
+        return Threads(requested, "--threads")
+    fixed = user_threads(environ)
+    if fixed or sample is None or torch.get_num_threads() == 1:
+        reason = fixed or ("its engine's own threads" if sample is None else "torch's count")
+        return Threads(torch.get_num_threads(), reason)
+    sample()
+    count, seconds, other = choose_threads(lambda: timed(sample), environ=environ)
+    return Threads(count, "measured", seconds, other)
+
+
+def decoding_sample(model, num_beams: int | None = None) -> Callable[[], object] | None:
+    """A short piece of a translating command's work for `command_threads`: PROBE_STEPS steps of the model's beam
+    search (`num_beams`, else its own) on a batch of PROBE_SENTENCES made-up sentences of PROBE_TOKENS tokens (their
+    ids do not change what a step costs). None for a model that does not run on torch (a CTranslate2 export)."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    ids = made_up_batch(model)
+    beams = {"num_beams": num_beams} if num_beams else {}
+
+    @torch.no_grad()
+    def sample():
+        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=PROBE_STEPS, **beams)
+
+    return sample
+
+
+def scoring_sample(model) -> Callable[[], object] | None:
+    """A short piece of vaswani-score's work for `command_threads`: one forward pass that scores a batch of
+    PROBE_SENTENCES made-up pairs of PROBE_TOKENS tokens a side. None for a model that does not run on torch."""
+    if not isinstance(model, torch.nn.Module):
+        return None
+    ids = made_up_batch(model)
+
+    @torch.no_grad()
+    def sample():
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
+
+    return sample
+
+
+def made_up_batch(model) -> torch.Tensor:
+    """PROBE_SENTENCES rows of PROBE_TOKENS token ids, above the special tokens' ids, on the model's device."""
+    generator = torch.Generator().manual_seed(0)
+    config = model.config
+    special = (config.pad_token_id, config.eos_token_id, config.bos_token_id, config.decoder_start_token_id)
+    first = 1 + max(token for token in special if token is not None)
+    ids = torch.randint(first, model.config.vocab_size, (PROBE_SENTENCES, PROBE_TOKENS), generator=generator)
+    return ids.to(model.device)
+
+
+__all__ = ["Threads", "choose_threads", "command_threads", "decoding_sample", "scoring_sample", "torch_threads"]
