@@ -5,6 +5,7 @@ model (the payload above it), and none of it travels with a checkpoint. Its room
 - `outputs`: the one atomic writer, and the checks that an output is the command's own;
 - `checkpoints`: the one home of finding, validating, opening and loading a checkpoint folder;
 - `runtime`: process settings the commands and the Trainer apply for their own processes;
+- `threads`: how many threads torch runs a command's work on, the user's choice or the faster measured;
 - `data`: corpora, the shared BPE vocabulary, token-budget batches, sentences and markup, and the shipped Multi30k;
 - `evaluation`: BLEU, chrF and TER, and plots;
 - `translation`: one request and its check, the engines, translating sentences, documents and terminology;
