@@ -61,6 +61,7 @@ from ..outputs import (
     writing_natively,
 )
 from ..texts import write_lines
+from ..translation.collapse import collapse_warning
 from ..translation.translate import translate
 from .averaging import average_checkpoints
 from .budget import plan_run
@@ -547,7 +548,8 @@ def translate_and_score(
     """BLEU, chrF and TER with their signatures (metrics.translation_scores) of `model`'s translations of the
     `split_name` split `split` against its references; the translations are written to
     FOLDER/<split_name>.hyp.<target_lang>, one a line. Each source is translated whole, as the sentence it is aligned
-    with its reference (no sentence splitting: the paper's evaluation)."""
+    with its reference (no sentence splitting: the paper's evaluation). Translations that show a collapsed model
+    (`collapse.collapse_warning`) are warned of loudly."""
     sources, references = sources_and_references(split, data_args.source_lang, data_args.target_lang)
     batch_size = data_args.eval_batch_size_sentences
     hypotheses = translate(
@@ -555,6 +557,9 @@ def translate_and_score(
     )
     with atomic_text(Path(folder) / f"{split_name}.hyp.{data_args.target_lang}") as output:
         write_lines(hypotheses, output)
+    warning = collapse_warning(sources, hypotheses)
+    if warning:  # the end of training: loud, as the plan's shortfall is
+        logger.warning("\n%s\nWARNING: the %s split's translations: %s\n%s", "!" * 80, split_name, warning, "!" * 80)
     return translation_scores(hypotheses, references)
 
 
