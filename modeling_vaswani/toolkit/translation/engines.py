@@ -1,15 +1,22 @@
 """The engines a model runs on, behind one interface: each `Engine` says which loaded models it holds, which folders
 it recognizes, how it loads one, and what it can do (`can`, from CAPABILITIES), so that a request's check
 (`request.TranslationRequest.check`) asks the engine instead of naming it. PyTorch runs a checkpoint folder or Hub id,
-CTranslate2 a folder written by vaswani-export-ctranslate2. Adding an engine is one subclass and its entry in
-ENGINES."""
+CTranslate2 a folder written by vaswani-export-ctranslate2, onnxruntime one written by vaswani-export-onnx. Adding an
+engine is one subclass and its entry in ENGINES."""
 
 from pathlib import Path
 from typing import ClassVar
 
 import torch
 
-from ..checkpoints import is_ctranslate2_folder, load_model_and_tokenizer, local_folder, validate_export
+from ..checkpoints import (
+    is_ctranslate2_folder,
+    is_onnx_folder,
+    load_model_and_tokenizer,
+    local_folder,
+    validate_export,
+    validate_onnx,
+)
 
 
 class Capability:
@@ -87,7 +94,35 @@ class CTranslate2(Engine):
         return load_exported(name, folder)
 
 
-ENGINES: dict[str, type[Engine]] = {engine.name: engine for engine in (PyTorch, CTranslate2)}
+class OnnxRuntime(Engine):
+    name, title = "onnxruntime", "onnxruntime"
+    can = frozenset()
+    instead = "give the checkpoint it was exported from, on the PyTorch engine"
+
+    @classmethod
+    def holds(cls, model) -> bool:
+        return getattr(model, "engine", None) == cls.name  # onnxruntime.OnnxRuntimeModel, without importing it
+
+    @classmethod
+    def recognizes(cls, folder: Path | None) -> bool:
+        return folder is not None and is_onnx_folder(folder)
+
+    @classmethod
+    def load(cls, name: str, folder: Path | None, revision: str | None, trust_remote_code: bool):
+        """A folder written by vaswani-export-onnx, every file checked (`checkpoints.validate_onnx`) before
+        onnxruntime is imported or reads any of them."""
+        if folder is None or not is_onnx_folder(folder):
+            raise ValueError(
+                f"--engine onnxruntime runs a local folder written by vaswani-export-onnx; {name} is "
+                f"{'a Hub id' if folder is None else 'not one (no onnx/ or vaswani_onnx.json)'}"
+            )
+        export = validate_onnx(folder)
+        from .onnxruntime import OnnxRuntimeModel  # needs the optional onnxruntime package
+
+        return OnnxRuntimeModel(folder, export), export.tokenizer
+
+
+ENGINES: dict[str, type[Engine]] = {engine.name: engine for engine in (PyTorch, CTranslate2, OnnxRuntime)}
 
 
 def engine_named(engine: str | None) -> type[Engine] | None:

@@ -1,0 +1,229 @@
+"""A folder written by vaswani-export-onnx, run by onnxruntime (https://onnxruntime.ai) behind the part of a model's
+interface that `translation.translate.translate` uses.
+
+Decoding is the payload's own: Section 6.1's beam search (`search_vaswani.beam_search`, beam 4, GNMT's length
+penalty, at most source length + 50 tokens a sentence, a sentence whose search is over leaving the batch) and the
+one-beam loop (`decoding_vaswani.greedy_search`) call a step object at each step; `OnnxSteps` is that object, each
+step one run of onnx/decoder_model_merged.onnx with the cache the step before returned. So the search, its ranking
+and its stopping are the ones PyTorch runs, and only the network's arithmetic is onnxruntime's.
+
+onnxruntime is an optional extra: importing this module without it raises an ImportError that says how to install
+it.
+"""
+
+from pathlib import Path
+
+try:
+    import onnxruntime
+except ImportError as error:
+    raise ImportError(
+        f"onnxruntime is not installed ({error}); the onnxruntime engine needs it: pip install modeling_vaswani[onnx]"
+    ) from error
+import numpy as np
+import torch
+from transformers import GenerationConfig
+from transformers.generation import EosTokenCriteria, LogitsProcessorList, StoppingCriteriaList
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput
+
+from ...decoding_vaswani import Recorder, greedy_search, sentence_rows
+from ...guidance_vaswani import TargetPrefix, check_target_prefix
+from ...search_vaswani import MaxLengthPerSentence, TopK, beam_search, max_output_length
+from ..checkpoints import CheckpointError, OnnxExport, validate_onnx
+from .engines import OnnxRuntime
+from .request import TranslationRequest
+
+KINDS = [(part, kind) for part in ("decoder", "encoder") for kind in ("key", "value")]
+
+
+def session(path: Path, threads: int | None) -> "onnxruntime.InferenceSession":
+    """An onnxruntime session on the CPU, or CheckpointError naming the file where onnxruntime cannot load it."""
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    try:
+        return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    except Exception as error:  # onnxruntime's own error types (Fail, InvalidGraph, ...) share no base of theirs
+        raise CheckpointError(
+            f"{path}: onnxruntime {onnxruntime.__version__} cannot load it ({error}); expected a graph written by "
+            "vaswani-export-onnx (export the checkpoint again?)"
+        ) from error
+
+
+class OnnxSteps:
+    """The decoding loop's step object (as `decoding_vaswani.DecoderSteps` is for PyTorch): each call runs the merged
+    decoder on the hypotheses' last tokens with the cache, `reorder` moves the self-attention cache to the chosen
+    beams, `select` keeps the sentences still searching. The encoder output is one row a sentence
+    (`encoder_outputs`, which the one-beam loop counts sentences by), repeated for its hypotheses at the first step;
+    the encoder-decoder attention's keys and values, computed then, are kept: the later steps' encoder presents are
+    the same tensors passed through."""
+
+    cache = None  # no PyTorch cache to return
+
+    def __init__(self, decoder, states: np.ndarray, mask: np.ndarray, layers: int, heads: int, width: int):
+        self.decoder, self.layers, self.heads, self.width = decoder, layers, heads, width
+        self.encoder_outputs = BaseModelOutput(last_hidden_state=torch.from_numpy(states))
+        self.mask = mask
+        self.past = None  # name -> array, KINDS a layer
+        self.outputs = [output.name for output in decoder.get_outputs()]
+
+    def __call__(self, sequences: torch.LongTensor) -> Seq2SeqLMOutput:
+        rows = sequences.shape[0]
+        states = self.encoder_outputs.last_hidden_state.numpy()
+        repeats = rows // states.shape[0]
+        feeds = {
+            "encoder_attention_mask": np.repeat(self.mask, repeats, axis=0),
+            "encoder_hidden_states": np.repeat(states, repeats, axis=0),
+            "use_cache_branch": np.array([self.past is not None]),
+        }
+        if self.past is None:
+            feeds["input_ids"] = sequences.numpy()
+            empty = np.zeros((rows, self.heads, 0, self.width), dtype=np.float32)
+            feeds.update({f"past_key_values.{layer}.{p}.{k}": empty for layer in range(self.layers) for p, k in KINDS})
+        else:
+            feeds["input_ids"] = sequences[:, -1:].numpy()
+            feeds.update(self.past)
+        results = dict(zip(self.outputs, self.decoder.run(None, feeds), strict=True))
+        self.past = {
+            name.replace("present", "past_key_values"): value
+            for name, value in results.items()
+            if name.startswith("present.")
+        }
+        return Seq2SeqLMOutput(logits=torch.from_numpy(results["logits"][:, -1:]))
+
+    def reorder(self, rows: torch.Tensor) -> None:
+        """The self-attention cache follows the chosen beams; the encoder-decoder one is the same for every row of a
+        sentence, and a beam continues a beam of its own sentence."""
+        kept = rows.numpy()
+        for name in self.past:
+            if ".decoder." in name:
+                self.past[name] = self.past[name][kept]
+
+    def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
+        rows = sentence_rows(sentences, rows_per_sentence).numpy()
+        if self.past is not None:
+            self.past = {name: value[rows] for name, value in self.past.items()}
+        self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
+        self.mask = self.mask[sentences.numpy()]
+
+
+class OnnxConfig:
+    """What the translating code reads from a model's config: its input limit."""
+
+    def __init__(self, max_position_embeddings: int):
+        self.max_position_embeddings = max_position_embeddings
+
+
+class OnnxRuntimeModel:
+    """An ONNX export behind the part of a model's interface that `translation.translate.translate` uses: `generate`
+    and `generate_nbest` on a padded batch of token ids, with Section 6.1's decoding (the payload's search, see the
+    module's doc). The folder's files are checked first (`checkpoints.validate_onnx`, unless an `export` it gave is
+    passed); `quantized` runs the int8 variant (onnx/*_quantized.onnx). `threads`: onnxruntime's intra-op threads
+    (None: its default, one a core)."""
+
+    device = torch.device("cpu")
+    engine = "onnxruntime"  # engines.OnnxRuntime holds it
+
+    def __init__(
+        self, folder: str | Path, export: OnnxExport | None = None, quantized: bool = False, threads: int | None = None
+    ):
+        self.export = export or validate_onnx(folder, quantized)
+        settings, generation = self.export.settings, self.export.generation_config
+        self.encoder = session(self.export.encoder, threads)
+        self.decoder = session(self.export.decoder, threads)
+        self.config = OnnxConfig(settings["max_position_embeddings"])
+        self.position_rows = settings["position_rows"]
+        self.layers, self.heads, self.width = settings["decoder_layers"], settings["num_heads"], settings["head_width"]
+        self.vocab_size = settings["vocab_size"]
+        self.generation_config = generation
+        self.num_beams = generation.num_beams
+        self.length_penalty = generation.length_penalty
+        self.pad_token_id = generation.pad_token_id
+        self.eos_token_id = generation.eos_token_id
+
+    def eval(self) -> "OnnxRuntimeModel":
+        return self
+
+    def generate(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        paper_decoding: bool = True,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        target_prefix: list[list[int]] | None = None,
+    ) -> torch.Tensor:
+        """The output token ids of each row (the decoder start token first, padded), as generate() returns them:
+        the best of each sentence's search."""
+        return self.search(input_ids, attention_mask, 1, paper_decoding, num_beams, max_new_tokens, target_prefix)[0]
+
+    def generate_nbest(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        nbest: int = 1,
+        paper_decoding: bool = True,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        target_prefix: list[list[int]] | None = None,
+    ) -> list[list[tuple[list[int], float]]]:
+        """Each row's `nbest` best hypotheses, best first: their output token ids (`</s>` included where generated)
+        and the score the search ranked them by, log P(Y|X) / lp(Y) with GNMT's lp."""
+        beams = num_beams or self.num_beams
+        TranslationRequest(nbest=nbest, num_beams=beams).check(OnnxRuntime)
+        sequences, scores = self.search(
+            input_ids, attention_mask, nbest, paper_decoding, beams, max_new_tokens, target_prefix
+        )  # fmt: skip
+        rows = []
+        for number in range(input_ids.shape[0]):
+            hypotheses = []
+            for index in range(number * nbest, (number + 1) * nbest):
+                ids = sequences[index, 1:].tolist()
+                ids = ids[: ids.index(self.eos_token_id) + 1] if self.eos_token_id in ids else ids
+                hypotheses.append((ids, float(scores[index])))
+            rows.append(hypotheses)
+        return rows
+
+    def search(self, input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix):
+        """The search's sequences (`nbest` a sentence, the start token first) and their scores (None greedy)."""
+        if not paper_decoding:
+            raise ValueError(
+                "paper_decoding=False: the onnxruntime engine decodes as Section 6.1 (the payload's search, which "
+                "ranks by GNMT's penalty); expected paper_decoding=True, or the checkpoint on the PyTorch engine for "
+                "transformers' own generate()"
+            )
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.pad_token_id)
+        lengths = attention_mask.sum(dim=-1)
+        if int(lengths.max()) > self.config.max_position_embeddings:
+            raise ValueError(
+                f"a source of {int(lengths.max())} tokens is longer than the export accepts "
+                f"(max_position_embeddings {self.config.max_position_embeddings}); expected at most that many tokens"
+            )
+        beams = num_beams or self.num_beams
+        limits = 1 + max_output_length(lengths, max_new_tokens or None)  # the start token counted, as generate()
+        processors = LogitsProcessorList()
+        if target_prefix is not None:
+            prefixes = check_target_prefix(target_prefix, self.vocab_size, (limits - 1).tolist())
+            processors.append(TargetPrefix(prefixes, self.device))
+        criteria = StoppingCriteriaList([MaxLengthPerSentence(limits), EosTokenCriteria(self.eos_token_id)])
+        ids, mask = input_ids.numpy().astype(np.int64), attention_mask.numpy().astype(np.int64)
+        states = self.encoder.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+        steps = OnnxSteps(self.decoder, states, mask, self.layers, self.heads, self.width)
+        config = GenerationConfig(
+            num_beams=beams,
+            num_return_sequences=nbest,
+            length_penalty=self.length_penalty if beams > 1 else None,  # greedy ranks nothing
+            early_stopping=False,
+            max_length=int(limits.max()),
+            pad_token_id=self.pad_token_id,
+            eos_token_id=self.eos_token_id,
+        )
+        rows = max(beams, nbest)
+        start = torch.full((len(ids) * rows, 1), self.generation_config.decoder_start_token_id, dtype=torch.long)
+        recorder = Recorder(GenerationConfig(), steps.encoder_outputs)  # nothing recorded step by step
+        if beams == 1:
+            sequences = greedy_search(start, processors, criteria, config, steps, recorder, False, None, True)
+            return sequences, None
+        config.output_scores = config.return_dict_in_generate = True  # the finished hypotheses' scores
+        output = beam_search(start, processors, criteria, config, steps, recorder, False, True, TopK.of(config))
+        return output.sequences, output.sequences_scores
