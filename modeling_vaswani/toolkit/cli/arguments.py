@@ -5,12 +5,14 @@ import argparse
 import io
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..checkpoints import is_ctranslate2_folder, local_folder, validate_checkpoint, validate_export
 from ..outputs import check_not_input, check_output_file, resolve_output
 from ..texts import iter_stream_lines, iter_text_lines
+from ..threads import Threads, command_threads, torch_threads
 from ..translation.engines import ENGINES
 
 
@@ -123,6 +125,30 @@ def add_model_arguments(parser: argparse.ArgumentParser, from_hub: bool = True) 
         parser.add_argument(
             "--trust_remote_code", action="store_true", help="load the model's code from the checkpoint"
         )
+
+
+def add_threads_argument(parser: argparse.ArgumentParser) -> None:
+    """--threads, as translating, evaluating, scoring and serving take it (toolkit/threads.py)."""
+    parser.add_argument(
+        "--threads",
+        type=positive_int,
+        help="CPU threads torch runs the model on (default: OMP_NUM_THREADS where set, else the faster of one a core "
+        "and one, measured on a short sample of the work; a CTranslate2 export runs on CTranslate2's own)",
+    )
+
+
+@contextmanager
+def chosen_threads(
+    command: str, sample: Callable[[], object] | None, requested: int | None, work: str
+) -> Iterator[Threads]:
+    """The block runs on the thread count `threads.command_threads` chooses (`requested`: --threads; `sample`: a short
+    piece of the command's work), said on standard error where it was measured; torch's count is set back after it
+    (a command's main() may run inside a user's process)."""
+    threads = command_threads(sample, requested)
+    if threads.reason == "measured":
+        print(f"{command}: {threads.describe(work)}", file=sys.stderr)
+    with torch_threads(threads.count):
+        yield threads
 
 
 def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = (), reads_stdin: bool = False) -> Path:

@@ -14,15 +14,24 @@ the first sentence is translated, --output and the sentences' lengths included.
 
 import argparse
 import json
+import sys
 
 from ..data.corpora import MULTI30K_LANGUAGES, multi30k_files, read_sentences
 from ..evaluation.metrics import translation_scores
 from ..outputs import atomic_text
 from ..texts import write_lines
+from ..threads import decoding_sample
+from ..translation.collapse import collapse_warning
 from ..translation.engines import load_translator
 from ..translation.request import TranslationRequest, translate_request
 from ..translation.translate import InputError, input_token_limit
-from .arguments import add_batch_arguments, add_model_arguments, check_output_path
+from .arguments import (
+    add_batch_arguments,
+    add_model_arguments,
+    add_threads_argument,
+    check_output_path,
+    chosen_threads,
+)
 from .shell import command
 
 
@@ -35,6 +44,7 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     parser.add_argument("--target_lang", default="de", choices=MULTI30K_LANGUAGES, help="of the shipped test set")
     add_batch_arguments(parser)
     add_model_arguments(parser, from_hub=False)
+    add_threads_argument(parser)
     parser.add_argument("--output", help="also write the translations here")
     arguments = parser.parse_args(argv)
     if bool(arguments.source) != bool(arguments.reference):
@@ -67,7 +77,8 @@ def main(argv=None):
         split_sentences=False,  # a test set is sentence-aligned with its references: each line one sentence
     )  # fmt: skip
     try:
-        hypotheses = translate_request(model, tokenizer, request)
+        with chosen_threads("vaswani-evaluate", decoding_sample(model), arguments.threads, "translating"):
+            hypotheses = translate_request(model, tokenizer, request)
     except InputError as error:
         raise InputError(f"{source}, one sentence a line: {error}") from None
     if arguments.output:
@@ -79,6 +90,9 @@ def main(argv=None):
     print(f"chrF2 {scores['chrf']:.2f} ({scores['chrf_signature']})")
     print(f"TER {scores['ter']:.2f} ({scores['ter_signature']})")
     print(json.dumps(scores))
+    warning = collapse_warning(sources, hypotheses)
+    if warning:
+        print(f"vaswani-evaluate: warning: {warning}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # python -m modeling_vaswani.toolkit.cli.evaluate, as under accelerate launch -m

@@ -18,6 +18,7 @@ import sys
 
 from ..outputs import atomic_text
 from ..texts import write_lines
+from ..threads import scoring_sample
 from ..translation.engines import load_ensemble
 from ..translation.scoring import perplexity, score
 from ..translation.translate import InputError, input_token_limit
@@ -25,8 +26,10 @@ from .arguments import (
     add_batch_arguments,
     add_model_arguments,
     add_models_argument,
+    add_threads_argument,
     check_models,
     check_output_path,
+    chosen_threads,
     read_input,
     utf8_stdout,
 )
@@ -42,6 +45,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
     parser.add_argument("--per_token", action="store_true", help="also each token's log-probability and the tokens")
     add_batch_arguments(parser, "pairs", "tokens (of the longer side)")
     add_model_arguments(parser)
+    add_threads_argument(parser)
     return parser.parse_args(argv)
 
 
@@ -69,9 +73,10 @@ def main(argv=None):
     )  # fmt: skip
     limit = input_token_limit(model, arguments.max_input_tokens)
     try:
-        scores = score(
-            model, tokenizer, sources, targets, arguments.batch_size, arguments.max_tokens, limit, ensemble=others
-        )
+        with chosen_threads("vaswani-score", scoring_sample(model), arguments.threads, "scoring"):
+            scores = score(
+                model, tokenizer, sources, targets, arguments.batch_size, arguments.max_tokens, limit, ensemble=others
+            )
     except InputError as error:
         raise InputError(f"{arguments.source} and {arguments.target}, one sentence a line: {error}") from None
     lines = [format_score(sentence, arguments.per_token) for sentence in scores]

@@ -21,9 +21,10 @@ import sys
 from pathlib import Path
 
 from ..data.sentences import check_language
+from ..threads import decoding_sample
 from ..translation.engines import load_translator
 from ..translation.translate import source_language
-from .arguments import add_model_arguments, check_models, positive_int
+from .arguments import add_model_arguments, add_threads_argument, check_models, chosen_threads, positive_int
 from .shell import command
 
 
@@ -82,6 +83,7 @@ def parse_arguments(argv=None) -> argparse.Namespace:
         "language, as its training recorded it; else generic rules)",
     )
     add_model_arguments(parser)
+    add_threads_argument(parser)
     arguments = parser.parse_args(argv)
     check_language(arguments.source_lang, "--source_lang")  # refused before any model loads
     return arguments
@@ -147,12 +149,15 @@ def main(argv=None):
         name: source_language(name, tokenizer, arguments.source_lang, arguments.revision)
         for name, (_, tokenizer) in models.items()
     }
-    app = create_app(
-        models, limits, keys=keys, rate_limit=arguments.rate_limit, languages=languages,
-        auth_failure_limit=arguments.auth_failure_limit,
-    )  # fmt: skip
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # the access log's JSON lines
-    serve(app, sock, arguments.timeout_s, arguments.body_timeout_s)
+    # Chosen on the first model, before the app's threads start: a thread takes torch's count at its first work.
+    sample = decoding_sample(next(iter(models.values()))[0])
+    with chosen_threads("vaswani-serve", sample, arguments.threads, "translating"):
+        app = create_app(
+            models, limits, keys=keys, rate_limit=arguments.rate_limit, languages=languages,
+            auth_failure_limit=arguments.auth_failure_limit,
+        )  # fmt: skip
+        logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(message)s")  # the access log's JSON
+        serve(app, sock, arguments.timeout_s, arguments.body_timeout_s)
 
 
 if __name__ == "__main__":

@@ -59,14 +59,15 @@ import stat
 import sys
 from dataclasses import replace
 
-from transformers import AutoTokenizer
+from transformers import AutoTokenizer, GenerationConfig
 
 from ..checkpoints import load_tokenizer, local_folder
 from ..data.markup import check_documents, check_markup_text
-from ..data.sentences import check_language
 from ..outputs import atomic_text
 from ..texts import iter_arrived_lines, iter_text_lines, write_lines
+from ..threads import decoding_sample
 from ..translation.alignment import pharaoh
+from ..translation.collapse import collapse_warning
 from ..translation.engines import engine_for, load_ensemble
 from ..translation.request import Spelling, TranslationRequest, translate_request
 from ..translation.terminology import Glossary, check_clashes, sentence_terms
@@ -80,8 +81,10 @@ from .arguments import (
     add_batch_arguments,
     add_model_arguments,
     add_models_argument,
+    add_threads_argument,
     check_models,
     check_output_path,
+    chosen_threads,
     positive_int,
     read_input,
     utf8_stdout,
@@ -144,10 +147,8 @@ def parse_arguments(argv=None) -> tuple[argparse.ArgumentParser, argparse.Namesp
     parser.add_argument("--no_paper_decoding", action="store_true", help="transformers' own length penalty and limit")
     parser.add_argument("--max_new_tokens", type=positive_int, help="the output length limit (lowers the paper's)")
     add_model_arguments(parser)
+    add_threads_argument(parser)
     arguments = parser.parse_args(argv)
-    if arguments.source_lang is not None and arguments.no_split_sentences:
-        parser.error("--source_lang chooses how lines are split into sentences; drop it or --no_split_sentences")
-    arguments.source_lang = check_language(arguments.source_lang, "--source_lang")
     if arguments.format is None:
         html = (arguments.input or "").lower().endswith((".html", ".htm"))
         arguments.format = "html" if html else "text"
@@ -184,7 +185,9 @@ def main(argv=None):
         )
     check_models(arguments.model, arguments.revision)  # a typo in the second model is not found after the first loads
     engine = engine_for(local_folder(arguments.model[0]), arguments.engine)
-    request = command_request(arguments).check(engine, model=arguments.model[0], spelling=FLAGS)
+    request = command_request(arguments)
+    beams = request.beams_to_hold(lambda: stored_beams(arguments.model[0], arguments.revision))
+    request = request.check(engine, beams, arguments.model[0], FLAGS)  # its one check, before anything loads
     per_line = (arguments.target_prefix, arguments.constraints, arguments.avoid)  # files read whole, line by line
     streaming = arguments.input is None and arguments.output is None and all(path is None for path in per_line)
     streaming = streaming and is_stream(0) and arguments.format != "html"  # a document is read whole
@@ -193,7 +196,7 @@ def main(argv=None):
     sentences = read_input(arguments.input) if arguments.input is not None or not is_stream(0) else None
     prefixes = read_prefixes(arguments.target_prefix, None if sentences is None else len(sentences))
     terminology = read_terminology(arguments, request.glossary, None if sentences is None else len(sentences))
-    check_terminology_first(arguments, sentences, terminology)
+    check_terminology_first(arguments, request.language, sentences, terminology)
     if sentences is not None and arguments.format != "text":  # markup.Document's rules, before the model loads
         check_markup_text("\n".join(sentences), arguments.input or "standard input")
         documents = ["\n".join(sentences)] if arguments.format == "html" else sentences
@@ -204,17 +207,19 @@ def main(argv=None):
     split = not arguments.no_split_sentences
     language = None
     if split:  # the flag, else what the first model's run recorded (results.json, its tokenizer), else generic rules
-        language = source_language(arguments.model[0], tokenizer, arguments.source_lang, arguments.revision)
+        language = source_language(arguments.model[0], tokenizer, request.language, arguments.revision)
     request = replace(
         request, max_input_tokens=input_token_limit(model, arguments.max_input_tokens), language=language
     )
     ensemble = {"ensemble": others} if others else {}
 
-    def render(lines: list[str], first: int = 0, prefixes: list[str] | None = None, progress: bool = True):
+    def render(
+        lines: list[str], first: int = 0, prefixes: list[str] | None = None, progress: bool = True, terms=terminology
+    ):
         """The output lines for `lines`, the first of them the input's line `first` (from 0): in n-best lists their
-        numbers, in errors (with sentence splitting) their line numbers."""
+        numbers, in errors (with sentence splitting) their line numbers. `terms`: their terminology arguments."""
         asked = replace(
-            request, texts=lines, first_line=first + 1, target_prefixes=prefixes, progress=progress, **terminology
+            request, texts=lines, first_line=first + 1, target_prefixes=prefixes, progress=progress, **terms
         )  # fmt: skip
         outputs = translate_request(model, tokenizer, asked, **ensemble)
         if arguments.alignments:
@@ -227,17 +232,26 @@ def main(argv=None):
             ]
         return outputs
 
-    if streaming:
-        stream(render, split)
-        return
+    sample = decoding_sample(model, arguments.num_beams)
+    with chosen_threads("vaswani-translate", sample, arguments.threads, "translating"):
+        if streaming:
+            stream(render, split)
+            return
+        translate_whole(arguments, render, sentences, prefixes, terminology, request.glossary)
+
+
+def translate_whole(arguments, render, sentences: list[str] | None, prefixes, terminology: dict, glossary) -> None:
+    """Translates the whole input (`sentences`, else standard input read now) through `render` and writes it, with
+    the warning of a collapsed model (translation/collapse.py) on standard error."""
+    split = not arguments.no_split_sentences
     if sentences is None:  # a pipe or a terminal, read whole
         sentences = read_input(None)
         check_prefix_count(arguments.target_prefix, prefixes, len(sentences))
-        terminology = read_terminology(arguments, request.glossary, len(sentences))
+        terminology = read_terminology(arguments, glossary, len(sentences))
     if arguments.format == "html":  # one document, its lines joined back as they were read
         sentences = ["\n".join(sentences)]
     try:
-        lines = render(sentences, prefixes=prefixes)
+        lines = render(sentences, prefixes=prefixes, terms=terminology)
     except InputError as error:  # with splitting, the error names the line; without, the sentence is the line
         kind = "" if split else ", one sentence a line"
         raise InputError(f"{arguments.input or 'standard input'}{kind}: {error}") from None
@@ -245,6 +259,14 @@ def main(argv=None):
         write_document(lines[0], arguments.output)
         return
     write(lines, arguments.output)
+    if not arguments.nbest:  # an n-best list is several translations a line, which may rightly be alike
+        warn_if_collapsed(sentences, [line.rsplit(" ||| ", 1)[0] if arguments.alignments else line for line in lines])
+
+
+def warn_if_collapsed(sources: list[str], translations: list[str]) -> None:
+    warning = collapse_warning(sources, translations)
+    if warning:
+        print(f"vaswani-translate: warning: {warning}", file=sys.stderr)
 
 
 def is_stream(fd: int) -> bool:
@@ -320,7 +342,9 @@ def read_terminology(arguments: argparse.Namespace, glossary: Glossary | None, s
     return terminology
 
 
-def check_terminology_first(arguments: argparse.Namespace, sentences: list[str] | None, terminology: dict) -> None:
+def check_terminology_first(
+    arguments: argparse.Namespace, language: str | None, sentences: list[str] | None, terminology: dict
+) -> None:
     """Before any model loads, with the first model's tokenizer alone, what `terminology.sentence_terms` refuses: a
     phrase to avoid inside a phrase to hold of the same line, constraints for a line of several sentences or none;
     named by file and line. Where standard input is a pipe, read once the model is there, only what the files tell
@@ -338,12 +362,22 @@ def check_terminology_first(arguments: argparse.Namespace, sentences: list[str] 
         return
     layout = None
     if not arguments.no_split_sentences:
-        language = source_language(arguments.model[0], tokenizer, arguments.source_lang, arguments.revision)
+        language = source_language(arguments.model[0], tokenizer, language, arguments.revision)
         layout = split_input(sentences, tokenizer, language)
     sentence_terms(
         layout, layout.sentences if layout else sentences, terminology.get("constraints"), terminology.get("avoid"),
         terminology.get("glossary"), tokenizer, name,
     )  # fmt: skip
+
+
+def stored_beams(name: str, revision: str | None) -> int | None:
+    """The beam count the model `name` loads with, from its generation_config.json (a folder's, an export's or the
+    Hub's), read before the model loads so that the request's one check holds an n-best list to it; None where it
+    has none (the loaded model's defaults then stand, and generate() refuses more sequences than beams)."""
+    try:
+        return GenerationConfig.from_pretrained(local_folder(name) or name, revision=revision).num_beams
+    except OSError:  # no such file, or none that loads: the model's own check names it as it loads
+        return None
 
 
 def first_tokenizer(arguments: argparse.Namespace):
