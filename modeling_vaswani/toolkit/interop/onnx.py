@@ -25,6 +25,7 @@ to install them.
 import copy
 import hashlib
 import json
+import tempfile
 from pathlib import Path
 
 import torch
@@ -251,12 +252,18 @@ def write_onnx(
     folder.mkdir()
     encoder = encoder_model(model)
     encoder.graph.name = "encoder_model"
-    decoder = merged_decoder(*decoder_models(model), model.config.decoder_layers)
-    for name, graph in ((ONNX_ENCODER, named_dimensions(encoder)), (ONNX_DECODER, named_dimensions(decoder))):
+    first, later = decoder_models(model)
+    layers = model.config.decoder_layers
+    graphs = {ONNX_ENCODER: encoder, ONNX_DECODER: merged_decoder(first, later, layers)}
+    if quantize == "int8":
+        # Each decoder is quantized before the merge: the quantizer leaves alone the weights that a branch of an If
+        # reads from the graph around it, where the merge puts them.
+        graphs[quantized_name(ONNX_ENCODER)] = quantized(encoder)
+        graphs[quantized_name(ONNX_DECODER)] = merged_decoder(quantized(first), quantized(later), layers)
+    for name, graph in graphs.items():
+        graph = named_dimensions(graph)
         onnx.checker.check_model(graph, full_check=True)
         onnx.save(graph, folder / name)
-        if quantize == "int8":
-            quantize_dynamic(folder / name, folder / quantized_name(name), weight_type=QuantType.QInt8)
     files = {f"{ONNX_FOLDER}/{path.name}": recorded(path) for path in sorted(folder.iterdir())}
     export_marian_model(model, tokenizer, output_dir, weights=False)
     config = model.config
@@ -273,6 +280,15 @@ def write_onnx(
         "files": files,
     }
     (Path(output_dir) / ONNX_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+
+
+def quantized(model: "onnx.ModelProto") -> "onnx.ModelProto":
+    """`model` with onnxruntime's dynamic int8 weights (`quantize_dynamic`, which reads and writes files)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        source, target = Path(scratch, "float32.onnx"), Path(scratch, "int8.onnx")
+        onnx.save(model, source)
+        quantize_dynamic(source, target, weight_type=QuantType.QInt8)
+        return onnx.load(target)
 
 
 def recorded(path: Path) -> dict:
