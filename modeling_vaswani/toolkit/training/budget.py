@@ -4,8 +4,8 @@ Cut by the clock, a run on a slow or busy machine stopped wherever the minutes r
 planned for 4,000, still warming up, averaging checkpoints from its first minutes, 11.49 sacreBLEU, and nothing said.
 Planned, it measures the machine first (a few training steps and one validation batch of a throwaway copy of the
 model), then fits the whole schedule into the minutes: the number of steps, Equation 3's warmup, the checkpoints to
-average and the evaluations, and says what the plan means. The clock still stops a run that falls behind its plan (a
-machine that slows down midway), saying so.
+average and the evaluations, and says what the plan means. As the run trains, the plan is made again from the
+speed measured (replanning.py); the clock still stops a run that falls behind its last plan, saying so.
 """
 
 import copy
@@ -72,6 +72,9 @@ class Plan:
     other_threads: tuple[int, float] | None = None  # (threads, seconds a step) of the count measured and not chosen
     main_job: bool = False  # whether the run is the one PLANNED_RUNS measured, whose scores it may then expect
     probe_steps: int = PROBE_STEPS  # the steps timed on each thread count
+    # The run as set (fit_schedule's reference): the most steps a plan made again as the run trains may grow back to
+    # (replanning.py); None: the plan is not made again.
+    reference: dict | None = None
 
     def applied_to(self, args):
         """A copy of the training arguments `args` with the plan's steps, warmup, checkpoints and evaluations: what
@@ -227,6 +230,15 @@ def time_evaluation(trainer, model, device) -> float:
     return time.monotonic() - generation_started
 
 
+def slowest_rank(timings: tuple[float, ...], device) -> list[float]:
+    """`timings` (seconds) as the slowest rank measured them, each the largest over the ranks where training is
+    distributed, so that every rank follows one plan."""
+    measured = torch.tensor(timings, dtype=torch.float64, device=device)  # NCCL reduces only CUDA tensors
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.all_reduce(measured, op=torch.distributed.ReduceOp.MAX)
+    return measured.tolist()
+
+
 def plan_run(trainer, main_job: bool = False) -> Plan:
     """Measures the machine with `trainer` (its model copied, its batches) within PROBE_SHARE of the budget and fits
     the schedule into it, logging the plan; warns loudly when the plan is too short for a usable model, and refuses
@@ -241,10 +253,7 @@ def plan_run(trainer, main_job: bool = False) -> Plan:
     validation_batches = math.ceil(samples / eval_batch) if args.eval_strategy != "no" else 0
     probe = measure_machine(trainer, validation_batches, PROBE_SHARE * 60 * args.max_train_minutes)
     timings = (probe.step_seconds, probe.evaluation_seconds, probe.probe_seconds)
-    measured = torch.tensor(timings, dtype=torch.float64, device=args.device)  # NCCL reduces only CUDA tensors
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        torch.distributed.all_reduce(measured, op=torch.distributed.ReduceOp.MAX)  # one plan: the slowest rank's
-    seconds_per_step, evaluation_seconds, probe_seconds = measured.tolist()
+    seconds_per_step, evaluation_seconds, probe_seconds = slowest_rank(timings, args.device)
     budget = 60 * args.max_train_minutes - probe_seconds
     if budget < seconds_per_step:
         raise ValueError(
@@ -265,7 +274,7 @@ def plan_run(trainer, main_job: bool = False) -> Plan:
     fitted = steps < reference["max_steps"]
     plan = Plan(
         seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, probe.threads, fitted,
-        probe.other_threads, main_job, probe.probe_steps,
+        probe.other_threads, main_job, probe.probe_steps, reference,
     )  # fmt: skip
     logger.warning("plan: %s", plan.describe(args.max_train_minutes, average))
     if plan.shortfall():

@@ -27,6 +27,7 @@ from transformers import (
     Seq2SeqTrainingArguments,
     TrainerCallback,
 )
+from transformers.trainer_callback import ProgressCallback
 from transformers.trainer_utils import HubStrategy, IntervalStrategy, SaveStrategy, rotate_checkpoints
 from transformers.utils import SAFE_WEIGHTS_NAME
 
@@ -35,6 +36,7 @@ from ..data.batching import TokenBudgetBatchSampler
 from ..outputs import writing_into, writing_natively
 from ..runtime import apply_process_settings
 from .averaging import average_checkpoints
+from .replanning import FollowTheMachine
 
 logger = logging.getLogger(__name__)
 
@@ -297,10 +299,18 @@ class VaswaniTrainer(Seq2SeqTrainer):
         """Trains by the time budget's `plan` (budget.plan_run): the arguments given with the plan's steps, warmup,
         checkpoints and evaluations (`Plan.applied_to`), Equation 3's peak from the planned warmup. Only before
         train() builds the optimizer and the schedule, which take the plan as their input; the one Trainer is kept
-        (with its accelerator, which DeepSpeed lets a process build once)."""
+        (with its accelerator, which DeepSpeed lets a process build once). Under Equation 3, the plan is made again
+        as the run trains (replanning.FollowTheMachine); a schedule that needs the total (--no_paper_schedule) keeps
+        the first plan."""
         if self.optimizer is not None or self.lr_scheduler is not None:
             raise RuntimeError("a plan must be followed before train() builds the optimizer and the schedule")
         self.args = with_equation_3_peak(plan.applied_to(self._args_given), self.model.config.d_model)
+        if plan.reference is not None and self.args.paper_schedule:  # Equation 3 needs no total: the end may move
+            self.args.max_steps = plan.reference["max_steps"]  # the most it may move to; the plan's end is the state's
+            bar = self.pop_callback(ProgressCallback)  # after the planner, so that its total is the planned end
+            self.add_callback(FollowTheMachine(plan, self.args.average_last_checkpoints or 1))
+            if bar is not None:
+                self.add_callback(bar)
 
     def train(self, *args, **kwargs):
         # Each run starts Equation 3 afresh (a resumed one then loads its scheduler's state), as the Trainer does with

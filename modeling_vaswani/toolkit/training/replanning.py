@@ -1,0 +1,135 @@
+"""The time budget's plan made again as the run trains, from the speed measured since the last time.
+
+A plan made once is a guess of the whole run's speed from its first minutes: on a shared machine that then got faster,
+the main job planned 704 steps at the 0.56 steps/s its probe measured, trained at 0.73 and ended after 18.5 of its 27
+minutes (issue 53). Planned again every fortieth of its steps, the run takes more steps when the machine gets faster
+and fewer when it slows, and ends within the last few percent of its budget.
+
+Section 5.3's Equation 3 needs no total step count (its rate depends on the step and the warmup alone), so the end can
+move while the schedule stays what it was. The warmup is the first plan's and is never changed mid-run: a new warmup
+would make the rate jump (and, where Equation 3 sets the peak, the peak too). What follows the new end: the checkpoint
+spacing, so that the last checkpoints, which Section 6.1 averages, lie within the end of the run, and the evaluations'.
+"""
+
+import dataclasses
+import logging
+import math
+import time
+
+from transformers import TrainerCallback
+
+from .budget import MARGIN, Plan, slowest_rank
+
+logger = logging.getLogger(__name__)
+
+# The plan is made again every REPLANS-th of its steps: a machine that gets 4 times slower is seen within a tenth of
+# the budget; each time on more steps than a few, whose mean is a speed.
+REPLANS = 40
+
+
+@dataclasses.dataclass
+class Progress:
+    """Where the run stands when it is planned again: its step, the seconds its budget has left, and what was measured
+    since the last plan: seconds a training step (its checkpoints and logging included, evaluations not) and seconds
+    an evaluation; and the evaluations the run still has to make."""
+
+    step: int
+    seconds_left: float
+    seconds_per_step: float
+    evaluation_seconds: float
+    evaluations_left: int
+
+
+def replan(plan: Plan, progress: Progress, evaluations: int, average: int) -> Plan:
+    """`plan` made again at `progress.step`: as many more steps as MARGIN of the seconds left holds after the
+    evaluations left, at the speed measured, at most the run as set (plan.reference) and none where no time is left
+    (the run ends at this step); a checkpoint every min(the run's spacing, 30% of the run / `average`) steps, as
+    fit_schedule spaces them, where all the `average` checkpoints averaged at the end are still ahead, else the
+    spacing the averaged ones began with; `evaluations` evaluations spread over the run, the last at its end. The
+    warmup is kept."""
+    left = progress.evaluations_left  # none left costs nothing, even where none was timed (infinite seconds)
+    training = progress.seconds_left - (left * progress.evaluation_seconds if left else 0.0)
+    more = max(0, int(MARGIN * training / progress.seconds_per_step))
+    end = min(plan.reference["max_steps"], progress.step + more)
+    save = max(1, min(plan.reference["save_steps"], int(0.3 * end / average)))
+    if end - (average - 1) * save <= progress.step:  # the averaged checkpoints have begun: their spacing is kept
+        save = plan.save_steps
+    eval_steps = None if plan.eval_steps is None else max(1, math.ceil(end / evaluations))
+    return dataclasses.replace(
+        plan,
+        seconds_per_step=progress.seconds_per_step,
+        evaluation_seconds=progress.evaluation_seconds,
+        max_steps=end,
+        save_steps=save,
+        eval_steps=eval_steps,
+    )
+
+
+def describe_replan(before: Plan, after: Plan, progress: Progress, since: int) -> str:
+    """The one line a plan made again is told in: old -> new steps, and the speed measured."""
+    told = (
+        f"plan again at step {progress.step}: {1 / progress.seconds_per_step:.2f} steps/s since step {since}, "
+        f"{progress.seconds_left:.0f} s left, so {before.max_steps:,} -> {after.max_steps:,} steps"
+    )
+    if after.max_steps == progress.step:
+        return told + ": the run ends here"
+    told += f", a checkpoint every {after.save_steps} steps"
+    if after.eval_steps is not None:
+        told += f", an evaluation every {after.eval_steps}"
+    if after.warmup_steps > after.max_steps / 6:
+        told += f"; Equation 3's warmup kept at {after.warmup_steps}, more than a sixth of the run"
+    return told
+
+
+class FollowTheMachine(TrainerCallback):
+    """Makes the trainer's plan again every REPLANS-th of its planned steps (`replan`) from the speed measured since
+    the last time, and moves the run's end, checkpoints and evaluations (the TrainerState's max_steps, save_steps and
+    eval_steps, which the Trainer's DefaultFlowCallback reads at each step) to it. By steps, not by the clock, so that
+    every rank of a distributed run plans at the same step. The trainer's own max_steps is the run as set, the most
+    a plan may grow to (VaswaniTrainer.follow)."""
+
+    def __init__(self, plan: Plan, average: int):
+        self.plan, self.average = plan, average
+        self.evaluations = 0 if plan.eval_steps is None else plan.max_steps // plan.eval_steps
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started = self.step_ended = time.monotonic()
+        self.budget = 60 * args.max_train_minutes - self.plan.probe_seconds  # the seconds plan_run planned
+        self.since, self.since_time, self.evaluating, self.evaluated = state.global_step, self.started, 0.0, 0
+        self.last_evaluation = self.plan.evaluation_seconds  # the probe's, until the run times one
+        self.follow(self.plan, state)
+
+    def follow(self, plan: Plan, state) -> None:
+        self.plan, self.interval = plan, max(1, plan.max_steps // REPLANS)
+        state.max_steps, state.save_steps = plan.max_steps, plan.save_steps
+        if plan.eval_steps is not None:
+            state.eval_steps = plan.eval_steps
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        # The Trainer evaluates after the step's end (and before its checkpoint)
+        self.last_evaluation = time.monotonic() - self.step_ended
+        self.evaluating += self.last_evaluation
+        self.evaluated += 1
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self.step_ended = time.monotonic()
+        if control.should_training_stop or state.global_step - self.since < self.interval:  # the end, or too soon
+            return control
+        step_seconds = (now - self.since_time - self.evaluating) / (state.global_step - self.since)
+        step_seconds, evaluation_seconds, elapsed = slowest_rank(
+            (step_seconds, self.last_evaluation, now - self.started), args.device
+        )
+        progress = Progress(
+            state.global_step, self.budget - elapsed, step_seconds, evaluation_seconds,
+            max(0, self.evaluations - self.evaluated),
+        )  # fmt: skip
+        planned = replan(self.plan, progress, self.evaluations, self.average)
+        moved = abs(planned.max_steps - self.plan.max_steps) >= 0.01 * self.plan.max_steps
+        told = describe_replan(self.plan, planned, progress, self.since)
+        logger.log(logging.WARNING if moved or planned.max_steps == state.global_step else logging.INFO, "%s", told)
+        self.since, self.since_time, self.evaluating = state.global_step, now, 0.0
+        self.follow(planned, state)
+        if planned.max_steps <= state.global_step:  # no time for another step: this one is the end, and saved
+            control.should_training_stop = True
+            control.should_save = args.save_strategy != "no"
+        return control

@@ -1,0 +1,173 @@
+"""The plan made again as the run trains (training/replanning.py): the arithmetic against values worked by hand, and
+real runs of a tiny model on a machine whose speed changes mid-run (a forward hook that waits, in the probe and in
+training alike), which end within the last few percent of their budget, their averaged checkpoints the run's last."""
+
+import logging
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.training_setup import tiny_checkpoint, tokenized_slice
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
+
+from modeling_vaswani.toolkit.checkpoints import find_checkpoints
+from modeling_vaswani.toolkit.training.budget import Plan, plan_run
+from modeling_vaswani.toolkit.training.replanning import Progress, describe_replan, replan
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
+
+SMALL = {"max_steps": 4000, "warmup_steps": 400, "save_steps": 150, "eval_steps": 500}  # the small preset's
+# A first plan of 700 steps, fitted as fit_schedule fits them: warmup 700 // 6 = 116, checkpoints every
+# int(0.3 x 700 / 5) = 42 steps, five evaluations every 140.
+FIRST = Plan(0.6, 20.0, 30.0, 700, 116, 42, 140, 2, reference=SMALL)
+
+
+def test_a_machine_that_got_faster_gets_more_steps_and_the_spacing_of_the_new_end():
+    # At step 126, 1,210 s left, 0.5 s a step, five evaluations of 20 s left: 0.92 x (1210 - 100) / 0.5 = 2042.4 more
+    # steps, so 2,168; checkpoints every int(0.3 x 2168 / 5) = 130 (the five averaged, 1,648 to 2,168, all ahead);
+    # evaluations every ceil(2168 / 5) = 434; the warmup kept.
+    planned = replan(FIRST, Progress(126, 1210.0, 0.5, 20.0, 5), evaluations=5, average=5)
+    assert (planned.max_steps, planned.warmup_steps, planned.save_steps, planned.eval_steps) == (2168, 116, 130, 434)
+    assert (planned.seconds_per_step, planned.evaluation_seconds) == (0.5, 20.0)
+    told = describe_replan(FIRST, planned, Progress(126, 1210.0, 0.5, 20.0, 5), since=84)
+    assert told == (
+        "plan again at step 126: 2.00 steps/s since step 84, 1210 s left, so 700 -> 2,168 steps, a checkpoint every "
+        "130 steps, an evaluation every 434"
+    )
+
+
+def test_a_machine_that_slowed_gets_fewer_steps_and_says_the_warmup_is_kept():
+    # 610 s left, 2 s a step, five evaluations of 30 s: 0.92 x (610 - 150) / 2 = 211.6 more steps, so 337;
+    # checkpoints every int(0.3 x 337 / 5) = 20 (the averaged from 257 on, ahead); evaluations every ceil(67.4) = 68.
+    progress = Progress(126, 610.0, 2.0, 30.0, 5)
+    planned = replan(FIRST, progress, evaluations=5, average=5)
+    assert (planned.max_steps, planned.warmup_steps, planned.save_steps, planned.eval_steps) == (337, 116, 20, 68)
+    told = describe_replan(FIRST, planned, progress, since=84)
+    assert "0.50 steps/s since step 84, 610 s left, so 700 -> 337 steps" in told
+    assert told.endswith("Equation 3's warmup kept at 116, more than a sixth of the run")  # 116 > 337 / 6 = 56.2
+
+
+def test_the_averaged_checkpoints_keep_their_spacing_once_they_have_begun():
+    # At step 630 of 700 (a checkpoint, 15 x 42), 101 s left at 1 s a step, no evaluation left: 0.92 x 101 = 92.9
+    # more steps, so 722; the new end's spacing, int(0.3 x 722 / 5) = 43, would put the averaged from 722 - 4 x 43 =
+    # 550 on, already passed: the spacing they began with, 42, is kept (672, 714 and 722 the last three).
+    planned = replan(FIRST, Progress(630, 101.0, 1.0, 20.0, 0), evaluations=5, average=5)
+    assert (planned.max_steps, planned.save_steps, planned.eval_steps) == (722, 42, 145)  # ceil(722 / 5)
+
+
+def test_no_time_left_ends_the_run_at_this_step():
+    progress = Progress(630, -5.0, 1.0, 20.0, 1)
+    planned = replan(FIRST, progress, evaluations=5, average=5)
+    assert (planned.max_steps, planned.save_steps) == (630, 42)
+    assert describe_replan(FIRST, planned, progress, since=612).endswith("so 700 -> 630 steps: the run ends here")
+
+
+def test_a_plan_grows_at_most_to_the_run_as_set():
+    # 10,000 s at 0.1 s a step would hold 91,080 more steps: the run as set, 4,000, with its own spacing (150, under
+    # int(0.3 x 4000 / 5) = 240) and evaluations every 4000 / 5 = 800.
+    planned = replan(FIRST, Progress(126, 10_000.0, 0.1, 20.0, 5), evaluations=5, average=5)
+    assert (planned.max_steps, planned.save_steps, planned.eval_steps) == (4000, 150, 800)
+
+
+def test_no_evaluation_costs_nothing_even_where_none_was_timed():
+    # The probe had no time to time an evaluation (infinite seconds) and the run has none: 0.92 x 610 / 2 = 280.6
+    # more steps, so 406; checkpoints every int(0.3 x 406 / 5) = 24.
+    unevaluated = Plan(0.6, math.inf, 30.0, 700, 116, 42, None, 2, reference={**SMALL, "eval_steps": None})
+    planned = replan(unevaluated, Progress(126, 610.0, 2.0, math.inf, 0), evaluations=0, average=5)
+    assert (planned.max_steps, planned.save_steps, planned.eval_steps) == (406, 24, None)
+
+
+# --- real runs on a machine whose speed changes ---
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def restore_threads():
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+class Clock(TrainerCallback):
+    """When training began and when its last step ended."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.began = self.ended = time.monotonic()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.ended = time.monotonic()
+
+
+def changing_machine(model, before: float, after: float, at: int) -> TrainerCallback:
+    """A machine whose speed changes at training step `at`: each forward of `model` (and of the probe's copy of it,
+    which copies the hook) waits `before` seconds until then, `after` from then on."""
+    delay = [before]
+    model.register_forward_pre_hook(lambda module, inputs: time.sleep(delay[0]))
+
+    class Change(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == at:
+                delay[0] = after
+
+    return Change()
+
+
+def planned_run(checkpoint, output_dir, caplog, before: float, after: float, at: int, minutes: float):
+    """A run of the tiny model planned for `minutes` and trained on a machine that changes speed at step `at`:
+    (the first plan, the trainer after training, the clock of its steps, the budget in seconds plan_run gave them)."""
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
+    clock = Clock()
+    args = VaswaniTrainingArguments(
+        output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200,
+        max_train_minutes=minutes, max_steps=100_000, warmup_steps=400, save_steps=100_000,
+        average_last_checkpoints=2,
+    )  # fmt: skip
+    trainer = VaswaniTrainer(
+        model=model, args=args, processing_class=tokenizer, train_dataset=tokenized_slice(tokenizer, 400),
+        callbacks=[changing_machine(model, before, after, at), clock],
+    )  # fmt: skip
+    # One thread: the second count the probe would time runs several times slower on a shared, busy host (2 s a step
+    # against 0.1, 2026-11-27, load 12 on 2 cores), which is not what these runs measure.
+    torch.set_num_threads(1)
+    with caplog.at_level(logging.INFO, logger="modeling_vaswani.toolkit.training"):
+        plan = plan_run(trainer)
+        trainer.follow(plan)
+        trainer.train()
+    return plan, trainer, clock, 60 * minutes - plan.probe_seconds
+
+
+def assert_ends_in_its_budget_with_the_last_checkpoints_averaged(trainer, clock, budget, caplog):
+    trained = clock.ended - clock.began
+    assert 0.85 * budget <= trained <= budget, (trained, budget)  # within its last few percent, never past it
+    assert "max_train_minutes=" not in caplog.text, "ended by its plan, not cut by the clock"
+    steps = trainer.state.global_step
+    averaged = [int(path.name.split("-")[1]) for path in find_checkpoints(trainer.args.output_dir)[-2:]]
+    assert averaged[-1] == steps, "the last checkpoint is the end of the run"
+    assert averaged[0] >= 0.7 * steps, f"the averaged checkpoints {averaged} lie within the last 30% of {steps} steps"
+    assert (Path(trainer.args.output_dir) / "averaged" / "model.safetensors").exists()
+
+
+@pytest.mark.slow  # a real run of 12 s (2026-11-27)
+def test_a_run_whose_machine_slows_down_takes_fewer_steps_and_ends_within_its_budget(
+    checkpoint, tmp_path, caplog, restore_threads
+):
+    plan, trainer, clock, budget = planned_run(checkpoint, tmp_path, caplog, before=0.0, after=0.6, at=5, minutes=0.2)
+    assert trainer.state.global_step < plan.max_steps, (trainer.state.global_step, plan.max_steps)
+    assert re.search(r"plan again at step \d+: [\d.]+ steps/s since step \d+, \d+ s left, so [\d,]+ -> ", caplog.text)
+    assert_ends_in_its_budget_with_the_last_checkpoints_averaged(trainer, clock, budget, caplog)
+
+
+@pytest.mark.slow  # a real run of 12 s (2026-11-27)
+def test_a_run_whose_machine_gets_faster_takes_more_steps_and_ends_within_its_budget(
+    checkpoint, tmp_path, caplog, restore_threads
+):
+    plan, trainer, clock, budget = planned_run(checkpoint, tmp_path, caplog, before=0.5, after=0.0, at=5, minutes=0.2)
+    assert trainer.state.global_step > plan.max_steps, (trainer.state.global_step, plan.max_steps)
+    assert_ends_in_its_budget_with_the_last_checkpoints_averaged(trainer, clock, budget, caplog)
