@@ -75,6 +75,7 @@ class Plan:
     # The run as set (fit_schedule's reference): the most steps a plan made again as the run trains may grow back to
     # (replanning.py); None: the plan is not made again.
     reference: dict | None = None
+    began: float | None = None  # time.monotonic() when the measuring began, where the budget's minutes began
 
     def applied_to(self, args):
         """A copy of the training arguments `args` with the plan's steps, warmup, checkpoints and evaluations: what
@@ -247,7 +248,7 @@ def plan_run(trainer, main_job: bool = False) -> Plan:
     input of the optimizer and the schedule (`VaswaniTrainer.follow`), and its thread count of the process.
     `main_job`: the run is the one PLANNED_RUNS measured (recipe.is_main_job), and the plan says what it is expected
     to score."""
-    args = trainer.args
+    began, args = time.monotonic(), trainer.args
     eval_batch = args.per_device_eval_batch_size * max(1, args.world_size)
     samples = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
     validation_batches = math.ceil(samples / eval_batch) if args.eval_strategy != "no" else 0
@@ -274,7 +275,7 @@ def plan_run(trainer, main_job: bool = False) -> Plan:
     fitted = steps < reference["max_steps"]
     plan = Plan(
         seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, probe.threads, fitted,
-        probe.other_threads, main_job, probe.probe_steps, reference,
+        probe.other_threads, main_job, probe.probe_steps, reference, began,
     )  # fmt: skip
     logger.warning("plan: %s", plan.describe(args.max_train_minutes, average))
     if plan.shortfall():

@@ -93,9 +93,11 @@ class FollowTheMachine(TrainerCallback):
         self.evaluations = 0 if plan.eval_steps is None else plan.max_steps // plan.eval_steps
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self.started = self.step_ended = time.monotonic()
-        self.budget = 60 * args.max_train_minutes - self.plan.probe_seconds  # the seconds plan_run planned
-        self.since, self.since_time, self.evaluating, self.evaluated = state.global_step, self.started, 0.0, 0
+        now = self.step_ended = time.monotonic()
+        # The budget's minutes began with the measuring; whatever ran between it and training is spent too.
+        began = self.plan.began if self.plan.began is not None else now - self.plan.probe_seconds
+        self.budget_ends = began + 60 * args.max_train_minutes
+        self.since, self.since_time, self.evaluating, self.evaluated = state.global_step, now, 0.0, 0
         self.last_evaluation = self.plan.evaluation_seconds  # the probe's, until the run times one
         self.follow(self.plan, state)
 
@@ -116,11 +118,11 @@ class FollowTheMachine(TrainerCallback):
         if control.should_training_stop or state.global_step - self.since < self.interval:  # the end, or too soon
             return control
         step_seconds = (now - self.since_time - self.evaluating) / (state.global_step - self.since)
-        step_seconds, evaluation_seconds, elapsed = slowest_rank(
-            (step_seconds, self.last_evaluation, now - self.started), args.device
+        step_seconds, evaluation_seconds, overdue = slowest_rank(
+            (step_seconds, self.last_evaluation, now - self.budget_ends), args.device
         )
         progress = Progress(
-            state.global_step, self.budget - elapsed, step_seconds, evaluation_seconds,
+            state.global_step, -overdue, step_seconds, evaluation_seconds,
             max(0, self.evaluations - self.evaluated),
         )  # fmt: skip
         planned = replan(self.plan, progress, self.evaluations, self.average)
