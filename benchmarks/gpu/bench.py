@@ -1,7 +1,7 @@
 """The speed benchmark's measurements for the GPU run (benchmarks/gpu/run.sh): one or more stages in one process, each
 the same as a `benchmarks/benchmark.py` command (printed, and stored in its JSON): the library's worker processes
-(`benchmark.py --worker`, one a measurement), its QUICK repetitions (one round), and here a tiny network for the CPU
-dry run.
+(`benchmark.py --worker`, one a measurement), its QUICK repetitions (one round); for the CPU dry run (`--tiny`) a
+tiny network, one timed call of each, measured in this process.
 
     python benchmarks/gpu/bench.py training-base training-big --device cuda --dtype bfloat16 --out OUT
     python benchmarks/gpu/bench.py generation --device cuda --dtype bfloat16 --out OUT
@@ -32,7 +32,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(BENCHMARKS))  # the measuring tools are not installed
 
 import torch  # noqa: E402
-from speed import measure, models, report, runner  # noqa: E402
+from speed import measure, models, phases, report, runner  # noqa: E402
 
 SCRIPT = BENCHMARKS / "benchmark.py"  # the command whose --worker mode runs each measurement
 STAGES = {
@@ -46,6 +46,10 @@ STAGES = {
     },
 }
 REPETITIONS = measure.QUICK
+# The dry run's: one timed call of each, no warm-up (its figures mean nothing; its run is what is checked).
+TINY_REPETITIONS = measure.Repetitions(
+    warmup=dict.fromkeys(REPETITIONS.warmup, 0), timed=dict.fromkeys(REPETITIONS.timed, 1), rounds=1
+)
 SEED = 0
 NO_CEILING = "ceiling: not measured in this stage (only training's model FLOPs utilisation uses it)"
 
@@ -78,8 +82,9 @@ def needs_ceiling(stages: list[str]) -> bool:
     return any("training" in STAGES[stage]["phases"] for stage in stages)
 
 
-def worker_spec(implementation: str, phase: str, device: str, dtype: str, shapes, folder, threads: int) -> dict:
+def worker_spec(implementation, phase, device, dtype, shapes, folder, threads: int, tiny: bool) -> dict:
     """What `runner.run_benchmark` gives a worker process for one measurement."""
+    repetitions = TINY_REPETITIONS if tiny else REPETITIONS
     return {
         "implementation": implementation,
         "phase": phase,
@@ -88,25 +93,37 @@ def worker_spec(implementation: str, phase: str, device: str, dtype: str, shapes
         "threads": threads,
         "shapes": dataclasses.asdict(shapes),
         "folder": str(folder or ""),
-        "warmup": REPETITIONS.warmup[phase],
-        "repetitions": REPETITIONS.timed[phase],
+        "warmup": repetitions.warmup[phase],
+        "repetitions": repetitions.timed[phase],
         "plain": False,
     }
 
 
-def measure_ceilings(device: str, dtype: str, threads: int, workdir: Path, progress) -> dict:
+def measured(spec: dict, workdir: Path, tiny: bool) -> dict:
+    """One measurement: in a worker process, as `runner.run_benchmark` runs it; in the dry run in this process, as
+    the worker would run it (`phases.run_phase`), since a process start a measurement was most of the dry run's time
+    (the worker processes are tested by tests/benchmarks/test_benchmark.py). A failure comes back as {"error": ...}."""
+    if not tiny:
+        return runner.run_worker(SCRIPT, spec, workdir)
+    try:
+        return phases.run_phase(spec)
+    except Exception as error:  # as run_worker reports a worker's failure: the other measurements go on
+        return {"error": f"{type(error).__name__}: {error}"}
+
+
+def measure_ceilings(device: str, dtype: str, threads: int, workdir: Path, tiny: bool, progress) -> dict:
     """The matmul rate in float32 and in `dtype`, each in a worker process, as `runner.run_benchmark` measures it."""
     ceilings = {}
     for job_dtype in dict.fromkeys(["float32", dtype]):
         start = time.perf_counter()
-        spec = worker_spec("ceiling", "matmul", device, job_dtype, models.Shapes(), None, threads)
-        ceilings[job_dtype] = runner.run_worker(SCRIPT, spec, workdir)
+        spec = worker_spec("ceiling", "matmul", device, job_dtype, models.Shapes(), None, threads, tiny)
+        ceilings[job_dtype] = measured(spec, workdir, tiny)
         line = report.summary("matmul", ceilings[job_dtype])
         progress(f"ceiling matmul {job_dtype}: {line} ({time.perf_counter() - start:.0f} s)")
     return ceilings
 
 
-def measure_stage(stage, shapes, implementations, folders, ceilings, device, dtype, threads, workdir, progress):
+def measure_stage(stage, shapes, implementations, folders, ceilings, device, dtype, threads, workdir, tiny, progress):
     """One round of the stage's measurements, each in its own worker process, as `runner.run_benchmark` runs them
     (within a phase, the implementations one right after another); the report as the library builds it."""
     results = {"ceiling": ceilings}
@@ -118,10 +135,10 @@ def measure_stage(stage, shapes, implementations, folders, ceilings, device, dty
             progress(f"{label}: skipped ({reason})")
             continue
         start = time.perf_counter()
-        spec = worker_spec(implementation, phase, device, dtype, shapes, folders.get(implementation), threads)
-        results.setdefault(implementation, {})[phase] = result = runner.run_worker(SCRIPT, spec, workdir)
+        spec = worker_spec(implementation, phase, device, dtype, shapes, folders.get(implementation), threads, tiny)
+        results.setdefault(implementation, {})[phase] = result = measured(spec, workdir, tiny)
         progress(f"{label}: {report.summary(phase, result)} ({time.perf_counter() - start:.0f} s)")
-    built = report.build_report([results], shapes, device, dtype, threads, REPETITIONS)
+    built = report.build_report([results], shapes, device, dtype, threads, TINY_REPETITIONS if tiny else REPETITIONS)
     return {**built, "plain": False}
 
 
@@ -157,7 +174,7 @@ def run(stages: list[str], device: str, dtype: str, tiny: bool, out: Path, progr
             # The ceilings' processes (GPU work) run while this one prepares every stage's models (CPU work).
             (workdir / "ceiling").mkdir()
             with ThreadPoolExecutor(max_workers=1) as pool:
-                pending = pool.submit(measure_ceilings, device, dtype, threads, workdir / "ceiling", progress)
+                pending = pool.submit(measure_ceilings, device, dtype, threads, workdir / "ceiling", tiny, progress)
                 folders, prepared_s = prepare(plans, device, workdir, progress)
                 ceilings = pending.result()
         else:
@@ -168,7 +185,17 @@ def run(stages: list[str], device: str, dtype: str, tiny: bool, out: Path, progr
             command = equivalent_command(stage, device, dtype, implementations)
             progress(f"[{stage}] " + ("tiny network; otherwise " if tiny else "") + f"the same as: {command}")
             results = measure_stage(
-                stage, shapes, implementations, folders[stage], ceilings, device, dtype, threads, workdir, progress
+                stage,
+                shapes,
+                implementations,
+                folders[stage],
+                ceilings,
+                device,
+                dtype,
+                threads,
+                workdir,
+                tiny,
+                progress,
             )
             table = table_of(results)
             progress(table)

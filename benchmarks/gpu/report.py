@@ -5,10 +5,10 @@
 
 `build` gathers what the stages left in OUT: stages.jsonl (each stage's status and time, from run.sh), logs/collect.log
 (every check of tests/gpu/ as pytest collected it), junit-*.xml (each check's outcome), records.jsonl (each check's
-figures, tests/helpers/gpu.py), bench-*.json (each of the speed benchmark's stages, benchmarks/gpu/bench.py),
-install.json and environment.json. Every collected check and every benchmark stage gets a row, "not run" with the
-reason where its stage never reached it (a stage that hung and was stopped, or the time budget spent). Exits 1 unless
-every check passed.
+figures, tests/helpers/gpu.py), bench-*.json (each of the speed benchmark's stages, benchmarks/gpu/bench.py, and the
+training step taken apart, benchmarks/gpu/steps.py), install.json and environment.json. Every collected check and every
+benchmark stage gets a row, "not run" with the reason where its stage never reached it (a stage that hung and was
+stopped, or the time budget spent). Exits 1 unless every check passed.
 """
 
 import argparse
@@ -27,6 +27,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 # bench.py's STAGES, in run.sh's order, and the run.sh stage that measures each (one bench.py call a stage).
 BENCH_STAGES = {"training-base": "bench-training", "training-big": "bench-training", "generation": "bench-generation"}
+# steps.py's one stage (the training step taken apart), and its run.sh stage.
+STEPS_STAGE, STEPS_RUN_STAGE = "training-steps", "bench-steps"
 PACKAGES = [
     "torch", "transformers", "accelerate", "datasets", "evaluate", "tokenizers", "safetensors", "huggingface_hub",
     "sacrebleu", "numpy", "pandas", "pyarrow", "pytest", "ctranslate2", "modeling_vaswani",
@@ -192,6 +194,39 @@ def benchmark_check(out: Path, name: str, stage: dict | None) -> dict:
     return {**check, "outcome": outcome, "message": message, "figures": figures, "table": data["table"]}
 
 
+def steps_check(out: Path, stage: dict | None) -> dict:
+    """steps.py's figures: by variant and pass the milliseconds of a step's phases and the profiler's counts, the
+    compiled step's graphs, base and big eager and compiled against MarianMT; failed where a part failed."""
+    data = read_json(out / f"bench-{STEPS_STAGE}.json")
+    check = {"check": f"benchmark {STEPS_STAGE}", "kind": "benchmark", "stage": STEPS_RUN_STAGE}
+    if data is None:
+        seconds = stage.get("seconds", 0) if stage else 0
+        return {**check, "seconds": seconds, "outcome": "not run", "message": stage_reason(stage), "figures": {}}
+    figures = {"command": f"python benchmarks/gpu/steps.py --device {data['device']} --dtype {data['dtype']}"}
+    if "shapes" in data:
+        shapes = data["shapes"]
+        for name, timings in {**shapes["variants"], "compiled": shapes["compiled"]}.items():
+            figures[f"{name} step_ms"] = {part: timings[part]["step_ms"] for part in ("new shapes", "seen shapes")}
+        for name, timings in shapes["variants"].items():
+            figures[f"{name} ops"] = timings["profile"]
+        figures["graphs_compiled"] = shapes["compiled"]["graphs_compiled"]
+        figures["shape_ratios"] = shapes["ratios"]
+    for model, paper in data.get("paper", {}).items():
+        runs = {label: entry for label, entry in paper.items() if label not in ("batch", "ratios")}
+        figures[f"{model} tokens_per_s"] = {label: entry["tokens_per_s"] for label, entry in runs.items()}
+        figures[f"{model} mfu"] = {label: entry["mfu"] for label, entry in runs.items()}
+        figures[f"{model} ratios"] = paper["ratios"]
+    outcome = "failed" if data["errors"] else "passed"
+    return {
+        **check,
+        "seconds": data["seconds"],
+        "outcome": outcome,
+        "message": "; ".join(data["errors"]),
+        "figures": figures,
+        "table": data["table"],
+    }
+
+
 def wall_seconds(stages: list[dict]) -> int:
     """From the first stage's start to the last one's end (on a CPU, run.sh runs two lanes of stages at once)."""
     timed = [stage for stage in stages if "started" in stage]
@@ -211,6 +246,8 @@ def build(out: Path) -> dict:
     checks = []
     for nodeid in nodeids:
         stage = stage_of(nodeid)
+        if stage not in stages and "tests-all" in stages:  # the dry run's one pytest process
+            stage = "tests-all"
         result = outcomes.get(nodeid)
         record = records.get(nodeid, {})
         if result is None:
@@ -225,6 +262,7 @@ def build(out: Path) -> dict:
             }
         )
     checks += [benchmark_check(out, name, stages.get(stage)) for name, stage in BENCH_STAGES.items()]
+    checks.append(steps_check(out, stages.get(STEPS_RUN_STAGE)))
     counts = {}
     for check in checks:
         counts[check["outcome"]] = counts.get(check["outcome"], 0) + 1

@@ -2,27 +2,28 @@
 # The GPU check, in one command (docs/gpu.md): installs the wheels benchmarks/gpu/fetch_wheels.sh packed (if the
 # folder benchmarks/gpu/wheels/ is there), runs the GPU tests (tests/gpu/) and the speed benchmark stage by stage,
 # each under a time limit, and writes OUT/gpu-report.json and OUT/gpu-report.md. One 10-minute command: about 8
-# minutes on one H200 (docs/gpu.md).
+# minutes on one H200 before bench-steps, which the budget may leave out (docs/gpu.md).
 #
 #   bash benchmarks/gpu/run.sh OUT                        # on a CUDA machine
 #   bash benchmarks/gpu/run.sh OUT --device cpu --tiny    # the dry run: every stage on the CPU, tiny shapes
 #
 # Options: --device cuda|cpu (default cuda), --tiny (tiny shapes, few steps), --dtype (the benchmark's; default
 # bfloat16 on cuda, float32 on cpu), --no-install (use this Python as it is), --budget SECONDS (default 560: every
-# stage's limit is cut to what is left of it, keeping 30 s for the report). Environment: PYTHON (default python3),
+# stage's limit is cut to what is left of it, keeping 30 s for the report), --only STAGE,... (only these stages, e.g.
+# install,environment,bench-steps; the others are reported not run). Environment: PYTHON (default python3),
 # VASWANI_GPU_WORK (scratch folder: the environment, pytest's files; default a new folder under /tmp; never inside
 # OUT, which should hold only what is to be read). Exit status 0 when every check passed, 1 otherwise.
 set -uo pipefail
 
 usage() {
-    sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
     exit "${1:-2}"
 }
 [[ ${1:-} == -h || ${1:-} == --help ]] && usage 0
 [[ $# -ge 1 && $1 != -* ]] || usage
 OUT=$1
 shift
-DEVICE=cuda TINY=0 INSTALL=auto BUDGET=560 DTYPE=""
+DEVICE=cuda TINY=0 INSTALL=auto BUDGET=560 DTYPE="" ONLY=""
 while [[ $# -gt 0 ]]; do
     case $1 in
         --device) DEVICE=${2:?--device needs a value}; shift 2 ;;
@@ -30,6 +31,7 @@ while [[ $# -gt 0 ]]; do
         --dtype) DTYPE=${2:?--dtype needs a value}; shift 2 ;;
         --no-install) INSTALL=no; shift ;;
         --budget) BUDGET=${2:?--budget needs a value}; shift 2 ;;
+        --only) ONLY=${2:?--only needs a list of stages}; shift 2 ;;
         -h | --help) usage 0 ;;
         *) echo "run.sh: unknown argument $1" >&2; usage ;;
     esac
@@ -78,6 +80,10 @@ stage() { # stage NAME LIMIT_S COMMAND...: runs COMMAND within min(LIMIT_S, what
     local name=$1 limit=$2
     shift 2
     local left=$((DEADLINE - RESERVE - $(date +%s)))
+    if [[ -n $ONLY && ",$ONLY," != *",$name,"* ]]; then
+        record "$name" "not run" 0 "$limit" null "--only $ONLY"
+        return 1
+    fi
     if ((left < 10)); then
         record "$name" "not run" 0 "$limit" null "the time budget (${BUDGET} s) was spent"
         echo "== $name: not run, the time budget (${BUDGET} s) was spent"
@@ -121,13 +127,18 @@ describe() {
 }
 
 # 3. The checks, a stage per test file: one that hangs is stopped without taking the others' time.
-tests() { # tests NAME LIMIT_S
-    stage "tests-$1" "$2" "${PYTEST[@]}" "tests/gpu/test_gpu_$1.py" --junitxml="$OUT/junit-tests-$1.xml" \
-        --basetemp="$WORK/pytest-$1"
+tests() { # tests NAME LIMIT_S [PATH...]: tests/gpu/test_gpu_NAME.py, or the PATHs
+    local name=$1 limit=$2
+    shift 2
+    (($#)) || set -- "tests/gpu/test_gpu_$name.py"
+    stage "tests-$name" "$limit" "${PYTEST[@]}" "$@" --junitxml="$OUT/junit-tests-$name.xml" \
+        --basetemp="$WORK/pytest-$name"
 }
 
 # 4. The speed benchmark, a bench.py call a stage: training at the paper's batch, base and big (one process: the
-# matmul ceilings measured once, while the models are prepared), then generation (no ceilings).
+# matmul ceilings measured once, while the models are prepared); the training step taken apart (steps.py: its
+# phases in float32 and bf16 over varied shapes, torch.compile, base and big eager and compiled against MarianMT);
+# then generation (no ceilings).
 bench() { # bench NAME LIMIT_S BENCH_STAGE...
     local name=$1 limit=$2
     shift 2
@@ -136,18 +147,18 @@ bench() { # bench NAME LIMIT_S BENCH_STAGE...
 }
 benchmark() {
     bench training 200 training-base training-big
+    stage bench-steps 240 "$PY" benchmarks/gpu/steps.py --device "$DEVICE" --dtype "$DTYPE" "${tiny_flag[@]}" \
+        --out "$OUT"
     bench generation 180 generation
 }
 
 if [[ $DEVICE == cpu ]]; then
     # The dry run: the benchmark's stages beside the checks (each process on one thread), since a CPU's figures
-    # mean nothing here.
+    # mean nothing here; the checks in one pytest process, since on a CPU a process start costs more than most
+    # tiny checks (the stage per file is the GPU's, for its time limits).
     describe
     benchmark > "$OUT/logs/lane.out" 2>&1 &
-    tests equivalence 120
-    tests training 200
-    tests memory 90
-    tests accelerate 200
+    tests all 400 tests/gpu
     wait
     cat "$OUT/logs/lane.out"
 else

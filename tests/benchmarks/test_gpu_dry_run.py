@@ -12,7 +12,19 @@ import sys
 import pytest
 from helpers.training_setup import REPO
 
-pytestmark = pytest.mark.slow  # every stage's processes: about 3 minutes on 2 busy cores
+pytestmark = pytest.mark.slow  # every stage's processes
+
+
+def filled(value) -> bool:
+    """Every figure there: no None, no empty collection, numbers above 0 (counts of what did not happen apart)."""
+    if isinstance(value, dict):
+        return bool(value) and all(filled(item) or key in ZERO_ALLOWED for key, item in value.items())
+    if isinstance(value, list | str):
+        return bool(value)
+    return value is not None and (isinstance(value, bool) or value > 0)
+
+
+ZERO_ALLOWED = {"host_reads"}  # a step may read nothing back to the host
 
 
 def gpu_check_functions() -> list[str]:
@@ -56,9 +68,22 @@ def test_dry_run_writes_reports_holding_every_check_passed(tmp_path):
     # The matmul ceilings: measured once, for the training stages only.
     ceilings = [json.loads((out / f"bench-{stage}.json").read_text())["report"]["ceiling"] for stage in bench_stages]
     assert ceilings[0] == ceilings[1] and set(ceilings[0]) == {"float32"} and ceilings[2] == {}
+    steps = checks["benchmark training-steps"]
+    assert steps["outcome"] == "passed" and "### benchmark training-steps" in markdown, steps
+    figures = steps["figures"]
+    variants = ("float32", "bf16 without cuDNN attention", "bf16", "compiled")
+    assert {f"{name} step_ms" for name in variants} <= set(figures) and filled(figures), figures
+    assert figures["graphs_compiled"] >= 2  # the second shape recompiles
+    for model in ("base", "big"):
+        assert set(figures[f"{model} mfu"]) == {"vaswani eager", "vaswani compiled", "marian eager"}
+        assert set(figures[f"{model} ratios"]) == {
+            "vaswani eager / marian eager",
+            "vaswani compiled / marian eager",
+            "vaswani compiled / eager",
+        }
     stages = {stage["name"]: stage["status"] for stage in report["stages"]}
     assert stages.pop("install") == "not run" and set(stages.values()) == {"passed"}, stages
-    assert {"bench-training", "bench-generation"} <= set(stages), stages
+    assert {"tests-all", "bench-training", "bench-steps", "bench-generation"} <= set(stages), stages
     environment = report["environment"]
     assert environment["device"] == "cpu" and environment["tiny"] and environment["versions"]["torch"]
     assert "# GPU run: CPU dry run" in markdown

@@ -3,13 +3,14 @@ torch.compile of a training step against the same step eager.
 
 - bf16: the `small` preset (vaswani-train's default model; tiny: the training tests' tiny model) trained by
   VaswaniTrainer with the same seed, data and batches twice, in float32 and with --bf16, for 300 steps of 4000-token
-  batches (tiny: 30 of 400). Both losses must fall (by 1.0 nats; tiny: 0.3), and bf16's, the mean of its last 5
+  batches (tiny: 12 of 400). Both losses must fall (by 1.0 nats; tiny: 0.3), and bf16's, the mean of its last 5
   logged values (tiny: 2), must be within 5% of float32's (MARGIN). The forward pass must compute in bfloat16 while
   the weights stay float32.
 - compile: the same model (no dropout, so that both draw nothing at random) and the same batches; 3 Adam steps eager
   and compiled (torch.compile, inductor) from the same weights give the same losses to a relative 1e-4; the compile
-  time and the step times after it are recorded. The CPU dry run compiles with the aot_eager backend (dynamo and
-  AOTAutograd without inductor's C++ code generation, which takes a minute on a small CPU).
+  time and the step times after it are recorded. The CPU dry run compiles with the eager backend (dynamo's capture
+  alone: inductor's C++ code generation takes a minute on a small CPU, AOTAutograd's tracing half again of dynamo's
+  8 s there; the dry run proves the check's path, not the kernels).
 """
 
 import copy
@@ -26,9 +27,9 @@ from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTra
 
 pytestmark = pytest.mark.gpu
 
-STEPS, LOGGING_STEPS, FINAL_WINDOW = (30, 5, 2) if IS_TINY else (300, 10, 5)
+STEPS, LOGGING_STEPS, FINAL_WINDOW = (12, 3, 2) if IS_TINY else (300, 10, 5)
 MAX_TOKENS = 400 if IS_TINY else 4000
-PAIRS = 600 if IS_TINY else 29000  # tiny: a slice; else the whole of Multi30k's training set
+PAIRS = 200 if IS_TINY else 29000  # tiny: a slice; else the whole of Multi30k's training set
 FALL = 0.3 if IS_TINY else 1.0  # nats the loss must fall from its first logged value to its last ones
 MARGIN = 0.05  # bf16's final loss within 5% of float32's
 
@@ -52,8 +53,8 @@ def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dic
         use_cpu=not is_cuda(device),
         max_steps=STEPS,
         max_tokens=MAX_TOKENS,
-        warmup_steps=10 if IS_TINY else 100,
-        learning_rate=3e-3 if IS_TINY else 2e-3,
+        warmup_steps=3 if IS_TINY else 100,
+        learning_rate=1e-2 if IS_TINY else 2e-3,
         logging_steps=LOGGING_STEPS,
         save_strategy="no",
         report_to=[],
@@ -104,7 +105,7 @@ def test_bf16_autocast_training_follows_float32(device, checkpoint, train_datase
 
 
 COMPARED_STEPS = 3
-TIMED_STEPS = 2 if IS_TINY else 10
+TIMED_STEPS = 1 if IS_TINY else 10
 
 
 def test_compiled_training_step_gives_the_eager_loss(device, checkpoint, figures):
@@ -136,7 +137,7 @@ def test_compiled_training_step_gives_the_eager_loss(device, checkpoint, figures
         after_warmup = sorted(times[COMPARED_STEPS:])
         return losses[:COMPARED_STEPS], times[0], after_warmup[len(after_warmup) // 2]
 
-    backend = "inductor" if is_cuda(device) or not IS_TINY else "aot_eager"
+    backend = "inductor" if is_cuda(device) or not IS_TINY else "eager"
     compiled_model = copy.deepcopy(model)
     eager, eager_first, eager_step = run(model)
     compiled, compile_first, compiled_step = run(torch.compile(compiled_model, backend=backend))
