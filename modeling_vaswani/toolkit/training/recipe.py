@@ -67,6 +67,7 @@ from .averaging import average_checkpoints
 from .budget import plan_run
 from .flags import HELP_ALL, help_asked, project_parser, tell_complements
 from .presets import PRESETS, preset_config, preset_overrides
+from .step import probe_bf16
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -518,6 +519,7 @@ def train_model(
         # Equation 3's schedule, which train() builds from the warmup and steps it ends with.
         plan = plan_run(trainer, main_job)
         torch.set_num_threads(plan.threads)  # the job owns its process: it trains on the count measured faster
+        trainer.bf16_autocast = probe_bf16(trainer)  # on that thread count; float32 unless measured faster
         trainer.follow(plan)
     output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_final_model(trainer, Path(training_args.output_dir))

@@ -15,6 +15,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -36,6 +37,7 @@ from ..data.batching import TokenBudgetBatchSampler
 from ..outputs import writing_into, writing_natively
 from ..runtime import apply_process_settings
 from .averaging import average_checkpoints
+from .step import bf16_autocast, smoothed_cross_entropy
 from .replanning import FollowTheMachine
 
 logger = logging.getLogger(__name__)
@@ -284,6 +286,9 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if data_collator is None and kwargs.get("processing_class") is not None:
             # Builds decoder_input_ids from the labels: the Trainer pops labels before forward when smoothing.
             data_collator = DataCollatorForSeq2Seq(kwargs["processing_class"], model=model)
+        if kwargs.get("compute_loss_func") is None and args.label_smoothing_factor:
+            # Section 5.4's loss in one fused call, the LabelSmoother's value (training/step.py)
+            kwargs["compute_loss_func"] = partial(smoothed_loss, epsilon=args.label_smoothing_factor)
         callbacks = list(kwargs.pop("callbacks", None) or [])
         if args.max_train_minutes:  # None or 0: no time limit
             callbacks.append(TimeBudgetCallback())
@@ -294,6 +299,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         super().__init__(model=model, args=args, data_collator=data_collator, callbacks=callbacks, **kwargs)
         self._equation_3_scheduler = None
         self._args_given = given
+        self.bf16_autocast = False  # set where step.probe_bf16 measured it faster on this machine
 
     def follow(self, plan) -> None:
         """Trains by the time budget's `plan` (budget.plan_run): the arguments given with the plan's steps, warmup,
@@ -333,6 +339,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, equation_3)
             self._equation_3_scheduler = self.lr_scheduler
         return self.lr_scheduler
+
+    def autocast_smart_context_manager(self, cache_enabled: bool | None = True):
+        # The Trainer's own autocast is accelerate's, set by --bf16 when the accelerator is built; the probe's choice
+        # comes after that, from steps measured on the run's own model and batches.
+        if self.bf16_autocast:
+            return bf16_autocast()
+        return super().autocast_smart_context_manager(cache_enabled)
 
     def get_train_dataloader(self) -> DataLoader:
         if self.args.max_tokens is None:
@@ -430,6 +443,11 @@ class VaswaniTrainer(Seq2SeqTrainer):
             shutil.rmtree(staging)
             rotate_checkpoints(str(run_dir), self.args.save_total_limit, self.state.best_model_checkpoint)
         self.accelerator.wait_for_everyone()
+
+
+def smoothed_loss(outputs, labels, num_items_in_batch=None, *, epsilon: float):
+    """The Trainer's compute_loss_func: Section 5.4's label-smoothed cross-entropy of the model's logits."""
+    return smoothed_cross_entropy(outputs.logits, labels, epsilon, num_items_in_batch)
 
 
 def load_full_weights_into_fsdp2(model: torch.nn.Module, checkpoint: str) -> None:

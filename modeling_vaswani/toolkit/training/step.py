@@ -1,0 +1,108 @@
+"""The training step's speed: Section 5.4's label-smoothed loss in one fused call, and bfloat16 autocast where a probe
+finds it faster on the machine at hand (benchmarks/training_step.py measured both, docs/results.md)."""
+
+import copy
+import itertools
+import logging
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+
+import torch
+from torch.nn import functional
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from .budget import cycled
+
+logger = logging.getLogger(__name__)
+
+
+def smoothed_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, epsilon: float, num_items_in_batch=None):
+    """Section 5.4's label smoothing (eps_ls) over the vocabulary, -100 labels left out: the Trainer's LabelSmoother's
+    value, (1 - eps) * NLL + eps * the mean over the vocabulary of -log p, from torch's cross_entropy, which takes the
+    log-softmax once and neither negates nor gathers a [tokens x vocabulary] copy. In float32 whatever the autocast:
+    the sum over the vocabulary is where bfloat16's 8 bits of mantissa would show."""
+    loss = functional.cross_entropy(
+        logits.flatten(0, -2).float(), labels.flatten(), ignore_index=-100, label_smoothing=epsilon, reduction="sum"
+    )
+    if num_items_in_batch is None:
+        num_items_in_batch = labels.ne(-100).sum()
+    return loss / torch.as_tensor(num_items_in_batch, device=loss.device)
+
+
+# What gives a CPU bfloat16 dot products in hardware; without one, oneDNN emulates them, slower than float32.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether the CPU's flags (Linux's `cpuinfo`) name a bfloat16 instruction set (BF16_FLAGS)."""
+    try:
+        with open(cpuinfo) as lines:
+            flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
+    except FileNotFoundError:
+        return False
+    return any(flag in flags for flag in BF16_FLAGS)
+
+
+@contextmanager
+def bf16_autocast() -> Iterator[None]:
+    """Autocast to bfloat16 on the CPU, attention through SDPA's math kernel: the flash kernel's backward in bfloat16
+    took 65 ms a call against float32's 11 ms here (torch 2.13, avx512_bf16), more than the matmuls saved."""
+    with torch.autocast("cpu", torch.bfloat16), sdpa_kernel(SDPBackend.MATH):
+        yield
+
+
+PROBE_PAIRS = 3  # timed float32 and bfloat16 steps each, after one untimed pair
+BF16_MARGIN = 0.9  # bfloat16 is taken where its step takes under this share of float32's: a clear gain, not noise
+
+
+def time_precisions(step: Callable[[bool], None], pairs: int = PROBE_PAIRS) -> tuple[float, float]:
+    """Times `step(False)` (float32) and `step(True)` (bf16_autocast) in turn, the first pair untimed and the order
+    alternating, and returns the median seconds of each: (float32, bfloat16)."""
+    timings = {False: [], True: []}
+    for index in range(pairs + 1):
+        for bf16 in (False, True) if index % 2 else (True, False):
+            started = time.perf_counter()
+            step(bf16)
+            if index:
+                timings[bf16].append(time.perf_counter() - started)
+    return statistics.median(timings[False]), statistics.median(timings[True])
+
+
+def bf16_pays(float32: float, bfloat16: float) -> bool:
+    """Whether a step of `bfloat16` seconds is a clear gain on one of `float32` (BF16_MARGIN)."""
+    return bfloat16 < BF16_MARGIN * float32
+
+
+def probe_bf16(trainer) -> bool:
+    """Whether `trainer` should train under bf16_autocast: on a CPU with bfloat16 instructions (BF16_FLAGS), where
+    steps of a copy of its model on its own batches, through its own loss, are measured faster so (`bf16_pays`).
+    The run's model, optimizer and data order are untouched."""
+    if trainer.args.device.type != "cpu" or trainer.args.bf16 or not cpu_has_bf16():
+        return False
+    model = copy.deepcopy(trainer.model).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    batches = cycled(trainer.get_train_dataloader)
+    calls = itertools.count()
+    batch = None
+
+    def step(bf16: bool) -> None:
+        nonlocal batch
+        if next(calls) % 2 == 0:  # the two steps of a pair on one batch
+            batch = next(batches)
+        with bf16_autocast() if bf16 else nullcontext():
+            loss = trainer.compute_loss(model, dict(batch))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    float32, bfloat16 = time_precisions(step)
+    chosen = bf16_pays(float32, bfloat16)
+    logger.warning(
+        "precision: a training step took %.2f s in float32 and %.2f s under bfloat16 autocast: training in %s",
+        float32,
+        bfloat16,
+        "bfloat16 autocast" if chosen else "float32",
+    )
+    return chosen
