@@ -37,8 +37,8 @@ from ..data.batching import TokenBudgetBatchSampler
 from ..outputs import writing_into, writing_natively
 from ..runtime import apply_process_settings
 from .averaging import average_checkpoints
-from .step import bf16_autocast, smoothed_cross_entropy
 from .replanning import FollowTheMachine
+from .step import bf16_autocast, smoothed_cross_entropy
 
 logger = logging.getLogger(__name__)
 
