@@ -139,7 +139,8 @@ def fit_schedule(
     evaluations = 0 if reference["eval_steps"] is None else 5
     if evaluations and evaluation_seconds > 0:  # a slow machine trains rather than evaluates
         evaluations = min(evaluations, int(EVALUATION_SHARE * budget_seconds / evaluation_seconds))
-    steps = int(MARGIN * (budget_seconds - evaluations * evaluation_seconds) / seconds_per_step)
+    evaluating = evaluations * evaluation_seconds if evaluations else 0.0  # none costs nothing, even untimed (inf)
+    steps = int(MARGIN * (budget_seconds - evaluating) / seconds_per_step)
     if steps >= reference["max_steps"]:  # the budget does not bind: the run as it was set
         return reference["max_steps"], reference["warmup_steps"], reference["save_steps"], reference["eval_steps"]
     steps = max(1, steps)

@@ -3,6 +3,7 @@ what it tells a user, and a real run planned on this machine that ends where its
 it."""
 
 import logging
+import math
 import re
 
 import pytest
@@ -43,6 +44,12 @@ def test_a_budget_that_does_not_bind_leaves_the_run_as_set():
     without_evaluation = {**SMALL, "eval_steps": None}
     # 0.92 x 60 = 55.2 steps: warmup 55 // 6 = 9, checkpoints every int(0.3 x 55 / 2) = 8 steps, 55 rounded to 6 x 8
     assert fit_schedule(60, 1.0, 100.0, without_evaluation, 2) == (48, 9, 8, None)
+
+
+def test_an_evaluation_the_measuring_had_no_time_to_time_is_left_out_of_the_plan():
+    # The probe ran out of its share before timing one (infinite seconds): no evaluation, and the whole 60 s train, as
+    # above (a ValueError before, 'cannot convert float NaN to integer': 0 evaluations x infinite seconds).
+    assert fit_schedule(60, 1.0, math.inf, SMALL, 2) == (48, 9, 8, None)
 
 
 def test_evaluations_that_would_take_more_than_a_tenth_of_the_budget_are_fewer_or_none():
