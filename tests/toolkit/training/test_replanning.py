@@ -14,7 +14,7 @@ from helpers.training_setup import tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
 
 from modeling_vaswani.toolkit.checkpoints import find_checkpoints
-from modeling_vaswani.toolkit.training.budget import Plan, plan_run
+from modeling_vaswani.toolkit.training.budget import Plan, fit_schedule, plan_run
 from modeling_vaswani.toolkit.training.replanning import Progress, describe_replan, replan
 from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
@@ -77,6 +77,17 @@ def test_no_evaluation_costs_nothing_even_where_none_was_timed():
     unevaluated = Plan(0.6, math.inf, 30.0, 700, 116, 42, None, 2, reference={**SMALL, "eval_steps": None})
     planned = replan(unevaluated, Progress(126, 610.0, 2.0, math.inf, 0), evaluations=0, average=5)
     assert (planned.max_steps, planned.save_steps, planned.eval_steps) == (406, 24, None)
+
+
+def test_the_replan_line_in_training_md_is_what_a_replan_prints_for_its_inputs():
+    """The page's first plan (27 minutes, 0.6 s a step, 10 s an evaluation, 80 s of measuring, the small preset's
+    schedule), planned again at its 54th step after 54 steps of 0.45 s."""
+    training_md = (Path(__file__).parents[3] / "docs/training.md").read_text(encoding="utf-8")
+    first = Plan(0.6, 10.0, 80.0, *fit_schedule(27 * 60 - 80, 0.6, 10.0, SMALL, 5), 2, reference=SMALL)
+    progress = Progress(54, 27 * 60 - 80 - 54 * 0.45, 0.45, 10.0, 5)
+    (shown,) = re.findall(r"```text\n(plan again .*?)```", training_md, re.DOTALL)
+    told = describe_replan(first, replan(first, progress, evaluations=5, average=5), progress, since=0)
+    assert " ".join(shown.split()) == told
 
 
 # --- real runs on a machine whose speed changes ---
