@@ -118,7 +118,9 @@ def add_model_arguments(parser: argparse.ArgumentParser, from_hub: bool = True) 
         help="refuse longer sentences, in tokens with </s> (default: the model's max_position_embeddings)",
     )
     parser.add_argument(
-        "--engine", choices=ENGINES, help="run with PyTorch or CTranslate2 (default: by what the model folder holds)"
+        "--engine",
+        choices=ENGINES,
+        help="run with PyTorch, CTranslate2 or onnxruntime (default: by what the model folder holds)",
     )
     if from_hub:
         parser.add_argument("--revision", help="a Hub branch, tag or commit")
