@@ -64,6 +64,19 @@ def test_evaluations_that_would_take_more_than_a_tenth_of_the_budget_are_fewer_o
     assert "no evaluation (one would take 200 s, more than a tenth of the budget)" in told
 
 
+def test_a_plan_of_no_evaluation_leaves_out_the_trainers_one_at_the_end(tmp_path):
+    """The Trainer evaluates at the last step of a run evaluated by steps; a plan that has no time for evaluations
+    has none for that one either, unless early stopping needs them."""
+    given = VaswaniTrainingArguments(output_dir=str(tmp_path), report_to=[], eval_strategy="steps", eval_steps=500)
+    assert Plan(1.0, 200.0, 20.0, 1424, 248, 89, None, 2).applied_to(given).eval_strategy == "no"
+    assert Plan(0.6, 10.0, 8.0, 2304, 400, 144, 460, 2).applied_to(given).eval_strategy == "steps"
+    stopping = VaswaniTrainingArguments(
+        output_dir=str(tmp_path), report_to=[], eval_strategy="steps", eval_steps=500, early_stopping_patience=2
+    )
+    assert Plan(1.0, 200.0, 20.0, 1424, 248, 89, None, 2).applied_to(stopping).eval_strategy == "steps"
+    assert given.eval_strategy == "steps", "the arguments given are left as they were"
+
+
 @pytest.fixture
 def restore_threads():
     threads = torch.get_num_threads()
