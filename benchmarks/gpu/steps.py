@@ -8,13 +8,14 @@ torch.compile pays for training, and Table 3's base and big at the paper's batch
 One process, three parts:
 - `shapes`: the small preset (vaswani-train's default model; tiny: bench.py's tiny network) on batches as
   VaswaniTrainer's token budget makes them (SHAPES: a padded batch of another shape each step, with its padding
-  mask), every shape new in the first pass and seen in the second. Three variants, each from the same weights, in
-  this order: float32; bf16 autocast with cuDNN's attention kept out of SDPA's choices; bf16 autocast as torch
-  chooses (on sm90 with cuDNN >= 9.15 torch tries cuDNN's attention first, and cuDNN builds an execution plan for
-  every new shape). The last meets shapes the others have met already, so only cuDNN's plans can be new to it.
-  For each variant and pass: forward, backward and optimizer milliseconds a step (the device synchronised between
-  them), and from the profiler over one more step, the SDPA kernels that ran, autocast's casts (aten::_to_copy) and
-  the host reads (aten::_local_scalar_dense, a synchronisation each on a GPU).
+  mask), every shape new in the first pass and seen in the second, after a first step of another shape
+  (WARMUP_SHAPE). Three variants, each from the same weights, in this order: float32; bf16 autocast with cuDNN's
+  attention kept out of SDPA's choices; bf16 autocast as torch chooses (on sm90 with cuDNN >= 9.15 torch tries
+  cuDNN's attention first, and cuDNN builds an execution plan for every new shape). The last meets shapes the others
+  have met already, so only cuDNN's plans can be new to it. For each variant and pass: forward, backward and
+  optimizer milliseconds a step (the device synchronised between them), and from the profiler over one more step, the
+  SDPA kernels that ran, autocast's casts (aten::_to_copy) and the host reads (aten::_local_scalar_dense, a
+  synchronisation each on a GPU).
 - `compiled`: the same batches through torch.compile (inductor; the CPU dry run dynamo alone) in the run's dtype: the
   graphs compiled over the varied shapes (each one a compilation: recompiles), both passes' step times.
 - `paper`: base and big (tiny: the tiny network twice) at bench.py's batch (768 sentences of 32 + 32 tokens: the
@@ -50,6 +51,9 @@ SEED = 0
 # tests/gpu/test_gpu_training.py trains with; tiny: of bench.py's tiny network.
 SHAPES = [(125, 15, 17), (110, 17, 19), (98, 19, 21), (87, 22, 23), (78, 24, 26), (70, 27, 29), (62, 30, 34)]
 TINY_SHAPES = [(4, 5, 6), (3, 7, 8)]
+# An untimed first step of each variant, of a shape of its own: what happens once a run (the optimizer's state, the
+# device's libraries, a compiled step's first graph) stays out of the new-shape pass.
+WARMUP_SHAPE, TINY_WARMUP_SHAPE = (140, 13, 15), (2, 4, 4)
 PASSES = ("new shapes", "seen shapes")
 STEP_PHASES = ("forward", "backward", "optimizer")
 PAPER_BATCH = 768
@@ -103,7 +107,8 @@ def padded(rows: int, length: int, config, generator: torch.Generator) -> torch.
 def shape_batches(config, tiny: bool, device: str) -> list[dict]:
     generator = torch.Generator().manual_seed(SEED)
     batches = []
-    for rows, source_length, target_length in TINY_SHAPES if tiny else SHAPES:
+    shapes = [TINY_WARMUP_SHAPE, *TINY_SHAPES] if tiny else [WARMUP_SHAPE, *SHAPES]
+    for rows, source_length, target_length in shapes:
         source = padded(rows, source_length, config, generator)
         labels = padded(rows, target_length, config, generator)
         batches.append(
@@ -146,9 +151,10 @@ def step_times(model, optimizer, batch: dict, context, device: str) -> dict[str,
     return {phase: 1000 * (end - start) for phase, start, end in zip(STEP_PHASES, marks[:-1], marks[1:], strict=True)}
 
 
-def passes(model, optimizer, batches: list[dict], context, device: str) -> dict:
-    """Each pass over `batches`: its mean milliseconds a step, by phase and in all."""
-    result = {}
+def passes(model, optimizer, warmup: dict, batches: list[dict], context, device: str) -> dict:
+    """The warm-up step's milliseconds, then each pass over `batches`: its mean milliseconds a step, by phase and in
+    all."""
+    result = {"warmup_step_ms": sum(step_times(model, optimizer, warmup, context, device).values())}
     for name in PASSES:
         steps = [step_times(model, optimizer, batch, context, device) for batch in batches]
         mean = {f"{phase}_ms": statistics.fmean(step[phase] for step in steps) for phase in STEP_PHASES}
@@ -183,7 +189,7 @@ def variant_context(dtype: torch.dtype | None, backends, device: str):
 def shapes_part(tiny: bool, device: str, dtype: str) -> dict:
     """float32, bf16 without cuDNN's attention, bf16 as torch chooses: phases by pass, the profiler's counts."""
     initial = small_model(tiny, device)
-    batches = shape_batches(initial.config, tiny, device)
+    warmup, *batches = shape_batches(initial.config, tiny, device)
     variants = {
         "float32": variant_context(None, None, device),
         "bf16 without cuDNN attention": variant_context(torch.bfloat16, WITHOUT_CUDNN, device),
@@ -199,7 +205,7 @@ def shapes_part(tiny: bool, device: str, dtype: str) -> dict:
         model = copy.deepcopy(initial)
         optimizer = optimizer_of(model, device)
         result["optimizer"] = type(optimizer).__name__
-        timings = passes(model, optimizer, batches, context, device)
+        timings = passes(model, optimizer, warmup, batches, context, device)
         timings["profile"] = profiled_ops(model, optimizer, batches[0], context, device)
         result["variants"][name] = timings
         del model, optimizer
@@ -209,7 +215,7 @@ def shapes_part(tiny: bool, device: str, dtype: str) -> dict:
     result["compiled"] = {
         "backend": compile_backend(device),
         "dtype": dtype,
-        **passes(compiled, optimizer_of(compiled, device), batches, context, device),
+        **passes(compiled, optimizer_of(compiled, device), warmup, batches, context, device),
         "graphs_compiled": compiled_graphs(before),
     }
     result["ratios"] = shape_ratios(result)
@@ -312,7 +318,7 @@ def table_of(output: dict) -> str:
                 + f" = {timings[part]['step_ms']:.1f}"
                 for part in PASSES
             ]
-            lines.append(f"  {name:<30} new {cells[0]:<32} seen {cells[1]}")
+            lines.append(f"  {name:<30} first {timings['warmup_step_ms']:.0f}, new {cells[0]:<32} seen {cells[1]}")
         for name, timings in shapes["variants"].items():
             profile = timings["profile"]
             lines.append(
