@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 # The environment's thread settings a user makes: torch's intra-op pool takes its size from them at start.
 USER_SETTINGS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -91,47 +92,72 @@ def timed(work: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def command_threads(sample: Callable[[], object] | None, requested: int | None = None, environ=None) -> Threads:
+def command_threads(sample: Callable | None, requested: int | None = None, environ=None) -> Threads:
     """The thread count a command runs its work on: `requested` (its --threads) where given, else the count the
-    environment fixed (`user_threads`), else the faster on `sample` (a short piece of the command's own work, run once
-    untimed first, so that neither count pays for first-call set-up) as `choose_threads` measures it. `sample` None:
-    the work does not run on torch's threads (a CTranslate2 model), which keeps torch's count."""
+    environment fixed (`user_threads`), else the faster on `sample` (a short piece of the command's own work). `sample`
+    None: the work does not run on torch's threads (a CTranslate2 model), which keeps torch's count.
+
+    The sample runs on one thread first (once untimed, so that neither count pays for first-call set-up), then on
+    torch's count with one thread's time as its limit (`sample(limit)` stops there, `Deadline`): on a busy machine,
+    where torch's count is many times slower, measuring it costs no more than one thread's sample (under a load of 20
+    on 2 cores, the sample took 1.2 s on one thread and 32 s on two measured whole, 2026-11-27)."""
     if requested is not None:
         return Threads(requested, "--threads")
     fixed = user_threads(environ)
-    if fixed or sample is None or torch.get_num_threads() == 1:
+    threads = torch.get_num_threads()
+    if fixed or sample is None or threads == 1:
         reason = fixed or ("its engine's own threads" if sample is None else "torch's count")
-        return Threads(torch.get_num_threads(), reason)
-    sample()
-    count, seconds, other = choose_threads(lambda: timed(sample), environ=environ)
-    return Threads(count, "measured", seconds, other)
+        return Threads(threads, reason)
+    with torch_threads(1):
+        sample()
+        alone = timed(sample)
+    together = timed(lambda: sample(alone))
+    if together < alone:
+        return Threads(threads, "measured", together, (1, alone))
+    return Threads(1, "measured", alone, (threads, together))
 
 
-def decoding_sample(model, num_beams: int | None = None) -> Callable[[], object] | None:
+class Deadline(StoppingCriteria):
+    """Stops a generate() call once `seconds` have passed since the criterion was made (after the step running)."""
+
+    def __init__(self, seconds: float):
+        self.at = time.perf_counter() + seconds
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return torch.full((input_ids.shape[0],), time.perf_counter() > self.at, device=input_ids.device)
+
+
+def decoding_sample(model, num_beams: int | None = None) -> Callable | None:
     """A short piece of a translating command's work for `command_threads`: PROBE_STEPS steps of the model's beam
     search (`num_beams`, else its own) on a batch of PROBE_SENTENCES made-up sentences of PROBE_TOKENS tokens (their
-    ids do not change what a step costs). None for a model that does not run on torch (a CTranslate2 export)."""
+    ids do not change what a step costs), stopped after `limit` seconds where given. None for a model that does not
+    run on torch (a CTranslate2 export)."""
     if not isinstance(model, torch.nn.Module):
         return None
     ids = made_up_batch(model)
     beams = {"num_beams": num_beams} if num_beams else {}
 
     @torch.no_grad()
-    def sample():
-        return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=PROBE_STEPS, **beams)
+    def sample(limit: float | None = None):
+        stop = StoppingCriteriaList([] if limit is None else [Deadline(limit)])
+        mask = torch.ones_like(ids)
+        return model.generate(
+            input_ids=ids, attention_mask=mask, max_new_tokens=PROBE_STEPS, stopping_criteria=stop, **beams
+        )
 
     return sample
 
 
-def scoring_sample(model) -> Callable[[], object] | None:
+def scoring_sample(model) -> Callable | None:
     """A short piece of vaswani-score's work for `command_threads`: one forward pass that scores a batch of
-    PROBE_SENTENCES made-up pairs of PROBE_TOKENS tokens a side. None for a model that does not run on torch."""
+    PROBE_SENTENCES made-up pairs of PROBE_TOKENS tokens a side (one pass: `limit` is not needed). None for a model
+    that does not run on torch."""
     if not isinstance(model, torch.nn.Module):
         return None
     ids = made_up_batch(model)
 
     @torch.no_grad()
-    def sample():
+    def sample(limit: float | None = None):
         return model(input_ids=ids, attention_mask=torch.ones_like(ids), labels=ids)
 
     return sample

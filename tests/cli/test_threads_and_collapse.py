@@ -3,6 +3,7 @@ real untrained tiny checkpoint gives 20 different test2016 sentences one transla
 vaswani-evaluate say so on standard error; the same model's translations made different by their target prefixes do
 not warn. The commands run in this process (`main(argv)`) on real files."""
 
+import pytest
 import torch
 from helpers.training_setup import run_command
 
@@ -46,6 +47,7 @@ def test_translate_does_not_warn_of_translations_that_differ(checkpoint, tmp_pat
     assert COLLAPSED not in err
 
 
+@pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-27): an untrained model runs to its length limit
 def test_evaluate_warns_when_most_inputs_got_one_translation(checkpoint, tmp_path, capsys):
     source, reference = written_test2016(tmp_path)
     argv = [checkpoint, "--source", source, "--reference", reference, "--threads", 1]

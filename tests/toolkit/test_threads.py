@@ -21,12 +21,17 @@ from modeling_vaswani.toolkit.threads import (
 
 
 def sleeping(seconds_on: dict[int, float], runs: list[int]):
-    """Work that takes `seconds_on[count]` on torch's current thread count, recording each count it ran on."""
+    """Work of 4 steps that takes `seconds_on[count]` on torch's current thread count, stopped after the step that
+    passes `limit` seconds as generate() stops at a Deadline; it records each count it ran on."""
 
-    def work():
+    def work(limit: float | None = None):
         count = torch.get_num_threads()
         runs.append(count)
-        time.sleep(seconds_on[count])
+        started = time.perf_counter()
+        for _ in range(4):
+            time.sleep(seconds_on[count] / 4)
+            if limit is not None and time.perf_counter() - started > limit:
+                return
 
     return work
 
@@ -35,11 +40,13 @@ def sleeping(seconds_on: dict[int, float], runs: list[int]):
 def test_the_count_that_did_the_sample_faster_is_chosen(slower, faster):
     runs = []
     with torch_threads(2):
-        chosen = command_threads(sleeping({slower: 0.2, faster: 0.0}, runs), environ={})
+        chosen = command_threads(sleeping({slower: 0.4, faster: 0.04}, runs), environ={})
         assert torch.get_num_threads() == 2  # the caller applies the choice
     assert (chosen.count, chosen.reason, chosen.other[0]) == (faster, "measured", slower)
-    assert chosen.seconds < chosen.other[1] and chosen.other[1] >= 0.2
-    assert runs == [2, 2, 1]  # once untimed, then each count
+    assert chosen.seconds < chosen.other[1]
+    assert runs == [1, 1, 2]  # once untimed, then each count
+    if slower == 2:  # stopped once it had taken one thread's time: the slower count costs little to measure
+        assert chosen.other[1] < 0.3
     assert f"on {faster} thread" in chosen.describe("translating") and "--threads N" in chosen.describe("x")
 
 
@@ -67,8 +74,10 @@ def model():
 
 def test_the_decoding_sample_is_the_model_beam_search_on_a_batch(model):
     with torch_threads(1):
-        sequences = decoding_sample(model, num_beams=2)()
+        sample = decoding_sample(model, num_beams=2)
+        sequences, cut = sample(), sample(0.0)
     assert sequences.shape[0] == PROBE_SENTENCES and sequences.shape[1] <= PROBE_STEPS + 1
+    assert cut.shape == (PROBE_SENTENCES, 2)  # the start and the one step that passed the limit
     assert decoding_sample(object()) is None and scoring_sample(object()) is None
 
 
