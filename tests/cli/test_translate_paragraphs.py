@@ -116,7 +116,10 @@ def test_no_split_sentences_translates_each_line_whole_and_refuses_an_empty_one(
     assert code == 2 and out == ""
     assert f"{source}, one sentence a line: sentence 2 is empty; expected text to translate" in err
     code, _, err = run([checkpoint, "--input", source, "--no_split_sentences", "--source_lang", "de"], capsys)
-    assert code == 2 and "--source_lang chooses how lines are split into sentences" in err
+    expected = (
+        "--source_lang de chooses how texts are split into sentences; drop --source_lang or --no_split_sentences"
+    )
+    assert code == 2 and expected in err
 
 
 def test_a_sentence_over_the_limit_is_refused_by_its_line_and_first_words(checkpoint, tmp_path, capsys):

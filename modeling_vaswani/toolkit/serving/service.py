@@ -25,23 +25,23 @@ from transformers import StoppingCriteriaList
 from ...search_vaswani import OUTPUT_MARGIN, max_output_length
 from ..data.markup import Document, write_documents
 from ..evaluation.plotting import ATTENTION_KINDS, attention_maps
-from ..translation.alignment import line_alignments, word_alignments
+from ..translation.alignment import line_alignments, request_alignments
 from ..translation.engines import CAPABILITIES, engine_of
-from ..translation.request import Spelling, TranslationRequest
+from ..translation.request import CheckedRequest, Spelling, TranslationRequest
 from ..translation.scoring import score
 from ..translation.terminology import check_room, phrase_ids, sentence_terms
 from ..translation.translate import (
     InputError,
     check_one_sentence_a_line,
     check_sentences,
+    decode_nbest,
+    decode_request,
     input_token_limit,
     output_room,
     prefix_ids,
     sentence_name,
     split_input,
     split_prefixes,
-    translate,
-    translate_nbest,
 )
 from .bodies import AttentionRequest, ScoreRequest, TranslateRequest
 from .bounds import (
@@ -210,10 +210,11 @@ class TranslationService:
             answer["alignments"] = pairs[0] if single else pairs
         return answer
 
-    def check_request(self, request: TranslateRequest, name: str, prefixes) -> TranslationRequest:
-        """The request as the translation library checks every request (`TranslationRequest.check`, the one home of
-        the refusals a translation can get by what it asks: options that do not go together, what the served model's
-        engine cannot do, an n-best list past the beam), before any tokenizing; refusals name the API's field."""
+    def check_request(self, request: TranslateRequest, name: str, prefixes) -> CheckedRequest:
+        """The request as the translation library checks every request (`TranslationRequest.check_for` the served
+        model: the one home of the refusals a translation can get by what it asks: options that do not go together,
+        what the served model's engine cannot do, an n-best list past the beam), before any tokenizing; refusals name
+        the API's field. Its one check: the worker runs its sentences as checked."""
         model, _ = self.models[name]
         asked = TranslationRequest(
             num_beams=request.num_beams, paper_decoding=request.paper_decoding, nbest=request.nbest,
@@ -221,9 +222,8 @@ class TranslationService:
             avoid=request.avoid, glossary=request.glossary, alignments=request.alignments, format=request.format,
             split_sentences=request.split_sentences,
         )  # fmt: skip
-        beams = None if request.num_beams or request.nbest is None else model.generation_config.num_beams
         try:
-            return asked.check(engine_of(model), beams, name, API)
+            return asked.check_for(model, name, API)
         except ValueError as refused:  # a RequestError, or an argument's rule: each names its field
             raise Refused(422, API.name(getattr(refused, "field", "body")), str(refused)) from refused
 
@@ -332,8 +332,9 @@ class TranslationService:
 
     def translate_batch(self, model, tokenizer, sentences: list[Sentence], options: TranslateOptions, stop: Stop):
         """A batch of sentences translated as `options` ask, on the worker thread: one output a sentence (its
-        translation; with alignments, (translation, pairs); with nbest, its list of hypotheses)."""
-        texts = [sentence.text for sentence in sentences]
+        translation; with alignments, (translation, pairs); with nbest, its list of hypotheses). Each sentence's
+        request was checked on the event loop (`check_request`), and a batch joins only requests of equal options:
+        the batch runs as a checked request, without a second check."""
         prefixes = None
         if any(sentence.prefix is not None for sentence in sentences):
             prefixes = [sentence.prefix or "" for sentence in sentences]
@@ -343,21 +344,22 @@ class TranslationService:
             if any(getattr(sentence, field) for sentence in sentences)
         }
         # The items are sentences already (split, where the request asked, by its checks): each translated whole.
-        settings = {"paper_decoding": options.paper_decoding, "max_tokens": self.limits.max_tokens, "progress": False}
-        settings["split_sentences"] = False
-        asked = (("num_beams", options.num_beams), ("max_new_tokens", options.max_new_tokens))
-        settings |= {option: value for option, value in asked if value}
+        batch = CheckedRequest(
+            texts=[sentence.text for sentence in sentences], num_beams=options.num_beams or None,
+            paper_decoding=options.paper_decoding, nbest=options.nbest, max_new_tokens=options.max_new_tokens or None,
+            target_prefixes=prefixes, split_sentences=False, max_tokens=self.limits.max_tokens, progress=False,
+            **phrases,
+        )  # fmt: skip
+        stopping = {}
         if isinstance(model, torch.nn.Module):  # CTranslate2 decodes a batch in one call, with no step to stop at
-            settings["stopping_criteria"] = StoppingCriteriaList([stop.criteria])
+            stopping["stopping_criteria"] = StoppingCriteriaList([stop.criteria])
         if options.nbest:
-            lists = translate_nbest(
-                model, tokenizer, texts, options.nbest, target_prefixes=prefixes, **phrases, **settings
-            )
+            lists = decode_nbest(model, tokenizer, batch, **stopping)
             return [[{"translation": h.text, "score": h.score} for h in hypotheses] for hypotheses in lists]
-        translations = translate(model, tokenizer, texts, target_prefixes=prefixes, **phrases, **settings)
+        _, texts, translations = decode_request(model, tokenizer, batch, **stopping)
         if not options.alignments:
             return translations
-        pairs = word_alignments(model, tokenizer, texts, translations, max_tokens=self.limits.max_tokens)
+        pairs = request_alignments(model, tokenizer, texts, translations, batch)
         return list(zip(translations, pairs, strict=True))
 
     # === /score ======================================================================================================

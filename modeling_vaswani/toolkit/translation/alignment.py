@@ -14,19 +14,21 @@ alignments of the same sentence pairs (benchmarks/alignment.py; ALIGNMENT_LAYER 
 """
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from tqdm.auto import tqdm
 
 from ..data.sentences import Layout
-from .arguments import check_arguments
+from .request import CheckedRequest, TranslationRequest
 from .translate import (
     DEFAULT_BATCH_SIZE,
+    OPTIONS,
     InputError,
     check_sentences,
+    checked_request,
+    decode_request,
     length_batches,
-    translate_sentences,
 )
 
 # Which encoder-decoder attention aligns: ALIGNMENT_LAYER, a decoder layer (an index, negative from the top) or None
@@ -248,10 +250,23 @@ def sentence_attention(
     """Each pair's encoder-decoder attention with the translation forced through the decoder
     (`forced_cross_attention`), and the words of its tokens; None for an empty translation. Batched as `score`
     batches pairs (by the longer side, `batch_size` pairs or `max_tokens` padded tokens a side)."""
-    check_alignable(model)
+    request = alignment_request(model, batch_size, max_tokens, max_input_tokens, progress)
+    return request_attention(model, tokenizer, sources, translations, request)
+
+
+def alignment_request(model, batch_size, max_tokens, max_input_tokens, progress) -> CheckedRequest:
+    """The request of aligning translations with `model` in batches so limited, checked once
+    (`TranslationRequest.check_for`): a model without attention weights (a CTranslate2 export, a kernel that returns
+    none) is refused before any work."""
+    limits = {"batch_size": batch_size, "max_tokens": max_tokens, "max_input_tokens": max_input_tokens}
+    return TranslationRequest(alignments=True, progress=progress, **limits).check_for(model)
+
+
+def request_attention(model, tokenizer, sources, translations, request: CheckedRequest):
+    """`sentence_attention` in the batches of a checked request that asks alignments (its front end's one check)."""
+    batch_size, max_tokens, max_input_tokens = request.batch_size, request.max_tokens, request.max_input_tokens
     if batch_size is None and max_tokens is None:
         batch_size = DEFAULT_BATCH_SIZE
-    check_arguments(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens, progress=progress)
     if isinstance(translations, str):
         raise InputError("translations is a str; expected a list of translations (a single one in a list)")
     if len(sources) != len(translations):
@@ -267,7 +282,7 @@ def sentence_attention(
     lengths = [max(source_lengths[i], length) for i, length in zip(aligned, target_lengths, strict=True)]
     model.eval()
     results: list[SentenceAttention | None] = [None] * len(sources)
-    with tqdm(total=len(aligned), desc="aligning", unit="sentence", disable=not progress) as bar:
+    with tqdm(total=len(aligned), desc="aligning", unit="sentence", disable=not request.progress) as bar:
         for batch_indices in length_batches(lengths, batch_size, max_tokens):
             indices = [aligned[i] for i in batch_indices]
             source_texts, target_texts = [sources[i] for i in indices], [translations[i] for i in indices]
@@ -324,31 +339,24 @@ def word_alignments(
     Batches and refusals are `score`'s."""
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {aggregation!r}; expected one of {list(AGGREGATIONS)}")
-    attention = sentence_attention(
-        model, tokenizer, sources, translations, batch_size, max_tokens, max_input_tokens, progress
-    )
+    request = alignment_request(model, batch_size, max_tokens, max_input_tokens, progress)
+    return request_alignments(model, tokenizer, sources, translations, request, layer, heads, aggregation)
+
+
+def request_alignments(
+    model,
+    tokenizer,
+    sources: Sequence[str],
+    translations: Sequence[str],
+    request: CheckedRequest,
+    layer: int | None = ALIGNMENT_LAYER,
+    heads: Sequence[int] | None = ALIGNMENT_HEADS,
+    aggregation: str = ALIGNMENT_AGGREGATION,
+) -> list[list[tuple[int, int]]]:
+    """`word_alignments` in the batches of a checked request that asks alignments or markup (its front end's one
+    check: the model's attention weights can be read)."""
+    attention = request_attention(model, tokenizer, sources, translations, request)
     return [[] if sentence is None else sentence.links(layer, heads, aggregation) for sentence in attention]
-
-
-# The attention kernels that return their weights (output_attentions); the others (flex, flash) return none.
-WEIGHT_KERNELS = ("eager", "sdpa")
-
-
-def check_alignable(model) -> None:
-    """Refuses (ValueError), before any work, a model whose attention weights cannot be read: a CTranslate2 export
-    (its runtime returns one layer's attention, fixed when it was exported, and it is not wired here: align with the
-    PyTorch checkpoint it was exported from), and a model loaded with a kernel that returns no weights."""
-    if getattr(model, "forward", None) is None or hasattr(model, "score_batch"):
-        raise ValueError(
-            f"word alignments need a PyTorch model (its attention weights); got {type(model).__name__}, which has "
-            "none: for a CTranslate2 export, align with the PyTorch checkpoint it was exported from"
-        )
-    kernel = getattr(model.config, "_attn_implementation", None)
-    if kernel is not None and kernel not in WEIGHT_KERNELS:
-        raise ValueError(
-            f"word alignments need the attention weights, which the model's {kernel!r} attention does not return; "
-            f"expected one of {list(WEIGHT_KERNELS)} (from_pretrained(attn_implementation='sdpa'))"
-        )
 
 
 def piece_words(spacing: Sequence[str], pieces: Sequence[str]) -> list[list[int]]:
@@ -414,13 +422,19 @@ def translate_aligned(model, tokenizer, sentences: Sequence[str], **options) -> 
     An empty or blank line gives AlignedTranslation("", []); a sentence translated as nothing (the model's output
     empty) has no pairs, and the pairs of the other sentences of its line are unchanged. With an ensemble
     (`ensemble=`), the translation is the ensemble's and its alignment `model`'s attention over it. Refused before
-    any translating where the model has no attention weights (`check_alignable`: a CTranslate2 export)."""
-    check_alignable(model)
-    layout, sources, translations = translate_sentences(model, tokenizer, sentences, **options)
+    any translating where the model has no attention weights (the request's check: a CTranslate2 export, a kernel
+    that returns none)."""
+    asked = {name: options.pop(name) for name in OPTIONS if name in options}
+    request, generate_kwargs = checked_request(model, sentences, options, alignments=True, **asked)
+    return align_request(model, tokenizer, request, **generate_kwargs)
+
+
+def align_request(model, tokenizer, request: CheckedRequest, **generate_kwargs) -> list[AlignedTranslation]:
+    """`translate_aligned`'s answer for a request checked already (its front end's one check)."""
+    layout, sources, translations = decode_request(model, tokenizer, request, **generate_kwargs)
     # The sources were checked against max_input_tokens before translating; a translation may be longer than a source.
-    batching = {name: options.get(name) for name in ("batch_size", "max_tokens")}
-    progress = options.get("progress", True)
-    pairs = word_alignments(model, tokenizer, sources, translations, **batching, progress=progress) if sources else []
+    aligning = replace(request, max_input_tokens=None)
+    pairs = request_alignments(model, tokenizer, sources, translations, aligning) if sources else []
     if layout is None:
         return [AlignedTranslation(text, links) for text, links in zip(translations, pairs, strict=True)]
     lines = zip(layout.join(translations), line_alignments(layout, translations, pairs), strict=True)

@@ -89,9 +89,9 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         **kwargs,
     ):
         from .engines import engine_of
-        from .request import Spelling, TranslationRequest
+        from .request import Spelling, TranslationRequest, attention_kernel
 
-        candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
+        candidates = self.candidates(kwargs)
         request = TranslationRequest(
             nbest=candidates if candidates > 1 else None,
             alignments=alignments,
@@ -100,17 +100,21 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
             glossary=glossary,
             language=language,
             split_sentences=self.split_sentences if split_sentences is None else split_sentences,
-        ).check(engine_of(self.model), spelling=Spelling(names={"nbest": "num_return_sequences"}))
+            progress=False,  # a pipeline shows no bar
+        ).check(
+            engine_of(self.model), spelling=Spelling(names={"nbest": "num_return_sequences"}),
+            kernel=attention_kernel(self.model),
+        )  # fmt: skip
         split, language, glossary = request.split_sentences, request.language, request.glossary
-        if alignments:
-            self.check_alignments(alignments, inputs, split, kwargs)
+        if alignments and not split and not isinstance(inputs, (str, list)):  # a generator is read as it is translated
+            raise ValueError(f"alignments=True on a {type(inputs).__name__} of texts; expected a str or a list of str")
         if constraints is not None or avoid is not None or glossary is not None:
-            return self.translate_terminology(inputs, request, kwargs)
+            return self.translate_terminology(inputs, request, candidates, kwargs)
         if not split:
             results = super().__call__(inputs, **kwargs)
             if alignments:  # one result a text (one candidate): each text aligned whole
                 texts = [inputs] if isinstance(inputs, str) else inputs
-                self.add_alignments(results, texts, [result["translation_text"] for result in results])
+                self.add_alignments(request, results, texts, [result["translation_text"] for result in results])
             return results
         single = isinstance(inputs, str)
         if not single and not isinstance(inputs, list):
@@ -123,32 +127,25 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
             if not isinstance(text, str):
                 raise ValueError(f"text {number} is a {type(text).__name__}; expected a str")
         layout = split_lines(texts, language or self.language or self.model_language(), unit="text")
-        candidates = kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
         self.check(layout, candidates, kwargs.get("max_input_tokens"))
         results = []
         if layout.sentences:
             firsts = set(layout.starts)
             items = [Sentence(text, i in firsts) for i, text in enumerate(layout.sentences)]
             results = [r if isinstance(r, list) else [r] for r in super().__call__(items, **kwargs)]
-        # One list of candidates a text, each candidate the text's sentences' candidates of that rank, joined.
-        joined = [layout.join([result[rank]["translation_text"] for result in results]) for rank in range(candidates)]
-        per_text = [[{"translation_text": ranked[i]} for ranked in joined] for i in range(len(texts))]
-        if alignments:
-            tops = [result[0]["translation_text"] for result in results]
-            self.add_alignments([answer[0] for answer in per_text], layout.sentences, tops, layout)
-        if single:
-            return per_text[0]
-        return [answer[0] for answer in per_text] if candidates == 1 else per_text
+        return self.answers(request, single, len(texts), layout.sentences, results, candidates, layout)
 
-    def translate_terminology(self, inputs, request, kwargs: dict):
+    def candidates(self, kwargs: dict) -> int:
+        """How many translations a text the call asks (`num_return_sequences`, of the call or of the pipeline)."""
+        return kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1
+
+    def translate_terminology(self, inputs, request, candidates: int, kwargs: dict):
         """A call with terminology (translation/terminology.py), its `request` checked: `constraints` and `avoid`,
         one list of phrases a text (for one text, its list), `glossary`, source term to target term; each sentence's
-        phrases reach generate() with its row. Refused (ValueError) with several candidates (the request's check
-        refuses the rest)."""
+        phrases reach generate() with its row. Answered as a call without: `candidates` translations a text, each
+        meeting the terms."""
         from .terminology import NO_PHRASES, SentencePhrases, phrase_ids, sentence_terms
 
-        if (kwargs.get("num_return_sequences", self._forward_params.get("num_return_sequences")) or 1) > 1:
-            raise ValueError("constraints, avoid or a glossary with num_return_sequences > 1; expected 1")
         single = isinstance(inputs, str)
         texts = [inputs] if single else list(inputs)
         constraints, avoid = (
@@ -156,39 +153,40 @@ class SplittingTranslationPipeline(VaswaniTranslationPipeline):
         )
         split, language = request.split_sentences, request.language or self.language or self.model_language()
         layout = split_lines(texts, language, unit="text") if split else None
+        if split:
+            self.check(layout, candidates, kwargs.get("max_input_tokens"))
         sentences = layout.sentences if split else texts
         phrases = sentence_terms(layout, sentences, constraints, avoid, request.glossary, self.tokenizer)
         self._phrase_ids = SentencePhrases(*(phrase_ids(self.tokenizer, rows) for rows in phrases))
         try:
             firsts = set(layout.starts) if split else set(range(len(texts)))
             items = [Sentence(text, i in firsts, i) for i, text in enumerate(sentences)]
-            results = [r[0] if isinstance(r, list) else r for r in super().__call__(items, **kwargs)] if items else []
+            results = [r if isinstance(r, list) else [r] for r in super().__call__(items, **kwargs)] if items else []
         finally:
             self._phrase_ids = NO_PHRASES
-        translations = [result["translation_text"] for result in results]
-        joined = layout.join(translations) if split else translations
-        answers = [{"translation_text": text} for text in joined]
-        if request.alignments:  # of the translations that meet the terminology
-            self.add_alignments(answers, sentences, translations, layout)
-        return answers[:1] if single else answers
+        return self.answers(request, single, len(texts), sentences, results, candidates, layout)
 
-    def check_alignments(self, alignments, inputs, split: bool, kwargs: dict) -> None:
-        """Refuses (ValueError), before any translating, what `alignments` cannot be given for (beyond the request's
-        check): a model whose attention kernel returns no weights, and without splitting an input other than a str
-        or a list (a generator is read as it is translated, and its texts are needed to align)."""
-        from .alignment import check_alignable
+    def answers(self, request, single: bool, texts: int, sentences, results: list, candidates: int, layout=None):
+        """The call's answer from its `sentences`' `results` (a list of candidates each): one list of candidates a
+        text, each candidate its sentences' candidates of that rank, joined (`layout`; None: a sentence a text), with
+        alignments (of the translations that meet the terminology) where the request asks them; for one text its
+        list, for several one answer a text (one candidate) or their lists."""
+        ranked = [[result[rank]["translation_text"] for result in results] for rank in range(candidates)]
+        joined = [translations if layout is None else layout.join(translations) for translations in ranked]
+        per_text = [[{"translation_text": rank[i]} for rank in joined] for i in range(texts)]
+        if request.alignments:  # one candidate a text (the request's check)
+            self.add_alignments(request, [answer[0] for answer in per_text], sentences, ranked[0], layout)
+        if single:
+            return per_text[0]
+        return [answer[0] for answer in per_text] if candidates == 1 else per_text
 
-        if not split and not isinstance(inputs, (str, list)):
-            raise ValueError(f"alignments=True on a {type(inputs).__name__} of texts; expected a str or a list of str")
-        check_alignable(self.model)
-
-    def add_alignments(self, answers: list[dict], sources: list[str], translations: list[str], layout=None) -> None:
+    def add_alignments(self, request, answers: list[dict], sources: list[str], translations: list[str], layout=None):
         """Adds each answer's "alignment": `translations` (one a source) aligned to `sources` by
-        `alignment.word_alignments`; with `layout` (the sources are its sentences, the answers its lines), in the
-        lines' word positions (`alignment.line_alignments`)."""
-        from .alignment import line_alignments, word_alignments
+        `alignment.request_alignments` for the call's checked `request`; with `layout` (the sources are its sentences,
+        the answers its lines), in the lines' word positions (`alignment.line_alignments`)."""
+        from .alignment import line_alignments, request_alignments
 
-        pairs = word_alignments(self.model, self.tokenizer, sources, translations) if sources else []
+        pairs = request_alignments(self.model, self.tokenizer, sources, translations, request) if sources else []
         if layout is not None:
             pairs = line_alignments(layout, translations, pairs)
         for answer, links in zip(answers, pairs, strict=True):

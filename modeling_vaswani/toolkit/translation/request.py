@@ -1,21 +1,26 @@
 """One translation request, and its check: the one home of every refusal a translation can get by what it asks (an
-option of the wrong type, options that do not go together, what the engine cannot do, an n-best list longer than its
-beam). vaswani-translate, the library's functions and the pipeline build a `TranslationRequest` and call
-`check(engine)` before any work; each refusal is a `RequestError` naming its field as the front end names it
+option of the wrong type, options that do not go together, what the engine or the model's attention kernel cannot
+do, an n-best list longer than its beam). vaswani-translate, the library's functions, the pipeline and vaswani-serve
+build a `TranslationRequest` and check it once, before any work (`check`, or `check_for` a loaded model); the check
+gives back a `CheckedRequest`, which the translating entries (`translate_request`, translate.py's `decode_request`)
+run without checking it again. Each refusal is a `RequestError` naming its field as the front end names it
 (`Spelling`: the library's and the API's arguments, or a command's flags). What needs the text tokenized (a sentence
 over the input limit, a prefix or constraints leaving no room) is refused where it is tokenized, in translate.py and
 terminology.py, each once."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
-from .arguments import check_arguments, count, markup_format, optional_count
+from .arguments import RULES, count, markup_format, optional_count
 from .engines import CAPABILITIES, Engine, engine_of
 from .errors import RequestError, shown
 from .terminology import Glossary
 
 PHRASES = ("constraints", "avoid", "glossary")  # the terminology a search meets
 HELD = ("constraints", "glossary")  # phrases to hold: only the paper's beam search meets them
+LIMITS = ("num_beams", "max_new_tokens")  # the request's fields that are generate()'s arguments
+# The attention kernels that return their weights (output_attentions); the others (flex, flash) return none.
+WEIGHT_KERNELS = ("eager", "sdpa")
 
 
 @dataclass(frozen=True)
@@ -101,16 +106,54 @@ class TranslationRequest:
         beams: int | None = None,
         model: str | None = None,
         spelling: Spelling = ARGUMENTS,
-    ) -> "TranslationRequest":
+        kernel: str | None = None,
+    ) -> "CheckedRequest":
         """The request as it is to be run (a glossary dict as a `Glossary`, a language code stripped), after refusing
         (`RequestError`, naming the field) what it cannot get on `engine`: an option of the wrong type or value
-        (`arguments.RULES`), options that do not go together, a capability the engine lacks (`Engine.can`), and an
-        n-best list longer than its beam (`num_beams`, else `beams`, the model's where known). `model` names the
-        model in refusals of the engine; `spelling`, the fields."""
-        checked = replace(self, **rule_checked(self, spelling))
+        (`arguments.RULES`), options that do not go together, a capability the engine lacks (`Engine.can`), attention
+        weights from a `kernel` that returns none, and an n-best list longer than its beam (`num_beams`, else
+        `beams`, the model's where known). `model` names the model in refusals of the engine; `spelling`, the
+        fields."""
+        checked = CheckedRequest(**{**self.__dict__, **rule_checked(self, spelling)})
         for refuse in REFUSALS:
             refuse(checked, engine, beams, model or "the model", spelling)
+        refuse_attention_without_weights(checked, kernel, spelling)
         return checked
+
+    def check_for(self, loaded, model: str | None = None, spelling: Spelling = ARGUMENTS) -> "CheckedRequest":
+        """`check` for a `loaded` model: its engine, its beam count where an n-best list is held to it
+        (`beams_to_hold`), its attention kernel."""
+        beams = self.beams_to_hold(lambda: loaded.generation_config.num_beams)
+        return self.check(engine_of(loaded), beams, model, spelling, attention_kernel(loaded))
+
+    def beams_to_hold(self, model_beams: Callable[[], int]) -> int | None:
+        """The beam count an n-best list is held to beyond the request's own: the model's (`model_beams()`, asked
+        only then) where the request asks an n-best list and names no beam count; else None."""
+        return None if self.num_beams or self.nbest is None else model_beams()
+
+    def limits(self) -> dict:
+        """generate()'s arguments the request gives (`LIMITS`), those it sets."""
+        return {name: value for name in LIMITS if (value := getattr(self, name)) is not None}
+
+
+@dataclass(frozen=True)
+class CheckedRequest(TranslationRequest):
+    """A request as its check gave it back: the translating entries that take one (`translate_request`,
+    translate.py's `decode_request` and `decode_nbest`) run it without checking it again. What its check stood for
+    may be filled in (`dataclasses.replace`): the texts, and the phrases or prefixes of files the check saw named."""
+
+
+def attention_kernel(loaded) -> str | None:
+    """The attention kernel a loaded model runs (transformers' record of it, on its config); None where it has none."""
+    return getattr(getattr(loaded, "config", None), "_attn_implementation", None)
+
+
+def checked(request: TranslationRequest) -> CheckedRequest:
+    """`request`, which must be a `CheckedRequest`: an entry that skips the check refuses (TypeError) one that never
+    had it, loudly, rather than run it unchecked."""
+    if not isinstance(request, CheckedRequest):
+        raise TypeError(f"a {type(request).__name__}; expected a CheckedRequest (TranslationRequest.check's)")
+    return request
 
 
 DEFAULTS = {each.name: each.default for each in fields(TranslationRequest)}
@@ -131,7 +174,7 @@ def rule_checked(request: TranslationRequest, spelling: Spelling) -> dict:
     for name, rule in TYPED.items():
         try:
             value = getattr(request, name)
-            values[name] = rule(name, value) if rule else check_arguments(**{name: value})[name]
+            values[name] = (rule or RULES[name])(spelling.name(name), value)
         except ValueError as error:  # with its `field`; a TypeError stays one, save for a command's (its flags')
             if spelling.flags:
                 raise RequestError(str(error), name) from None
@@ -187,6 +230,17 @@ def refuse_markup_with(request, engine, beams, model, spelling) -> None:
         )
 
 
+def refuse_language_without_splitting(request, engine, beams, model, spelling) -> None:
+    """A language chooses the rules texts are split into sentences by: a request that splits none has no use for it."""
+    if request.language is not None and not request.split_sentences:
+        given = spelling.given("language", request.language)
+        raise RequestError(
+            f"{given} chooses how texts are split into sentences; "
+            + spelling.remedy(request, ["language", "split_sentences"]),
+            "language",
+        )
+
+
 def refuse_what_the_engine_cannot(request, engine, beams, model, spelling) -> None:
     """Each capability the request needs and `engine` lacks (`Engine.can`), named once here for every engine."""
     for capability, names in (
@@ -217,8 +271,23 @@ def refuse_nbest_past_the_beam(request, engine, beams, model, spelling) -> None:
         )
 
 
+def refuse_attention_without_weights(request, kernel: str | None, spelling: Spelling) -> None:
+    """Word alignments (and markup, placed by them) read the attention weights, which only some of transformers'
+    attention kernels return (`kernel`: the one the model was loaded with; None where unknown)."""
+    names = [name for name in ("alignments", "format") if request.asks(name)]
+    if names and kernel is not None and kernel not in WEIGHT_KERNELS:
+        raise RequestError(
+            f"{' and '.join(spelling.given(name, getattr(request, name)) for name in names)} need(s) the attention "
+            f"weights, which the model's {kernel!r} attention does not return; expected a model loaded with one of "
+            f"{list(WEIGHT_KERNELS)} (from_pretrained(attn_implementation='sdpa')), or "
+            + spelling.remedy(request, names),
+            names[0],
+        )
+
+
 REFUSALS = (
     refuse_ensemble_without_the_paper,
+    refuse_language_without_splitting,
     refuse_alignments_with,
     refuse_held_phrases_without_the_paper,
     refuse_markup_with,
@@ -229,35 +298,25 @@ REFUSALS = (
 
 def translate_request(model, tokenizer, request: TranslationRequest, **generate_kwargs) -> list:
     """`request`'s texts translated by `model`, one output a text, by the function its options choose: with markup,
-    `documents.translate_markup` (a str a document); with alignments, `alignment.translate_aligned` (an
-    AlignedTranslation a line); with `nbest`, `translate.translate_nbest` (a list of Hypothesis a line); else
-    `translate.translate` (a str a line), after the request's check for the loaded model's engine and beam.
-    `generate_kwargs`: generate()'s own beyond the request (an ensemble's other models, stopping criteria)."""
-    from .alignment import translate_aligned  # they import this module for the check: imported once it has loaded
-    from .documents import translate_markup
-    from .translate import translate, translate_nbest
+    `documents.translate_markup`'s (a str a document); with alignments, `alignment.translate_aligned`'s (an
+    AlignedTranslation a line); with `nbest`, `translate.translate_nbest`'s (a list of Hypothesis a line); else
+    `translate.translate`'s (a str a line). A `CheckedRequest` runs as it is (its front end checked it); any other
+    is checked here, once, for the loaded model (`check_for`). `generate_kwargs`: generate()'s own beyond the request
+    (an ensemble's other models, stopping criteria)."""
+    from .alignment import align_request  # they import this module for the check: imported once it has loaded
+    from .documents import markup_request
+    from .translate import decode_nbest, decode_request
 
-    beams = None if request.num_beams or request.nbest is None else model.generation_config.num_beams
     models = 1 + len(generate_kwargs.get("ensemble") or ())
-    request = replace(request, models=models).check(engine_of(model), beams)
-
-    limits = {name: value for name in ("num_beams", "max_new_tokens") if (value := getattr(request, name)) is not None}
-    options = {
-        "batch_size": request.batch_size, "max_tokens": request.max_tokens,
-        "max_input_tokens": request.max_input_tokens, "paper_decoding": request.paper_decoding,
-        "progress": request.progress, "language": request.language,
-        **limits, **generate_kwargs,
-    }  # fmt: skip
-    texts = list(request.texts)
+    if not isinstance(request, CheckedRequest):
+        request = replace(request, models=models).check_for(model)
+    elif request.models != models:
+        raise ValueError(f"a request checked for {request.models} model(s) run with {models}; expected the same")
     if request.format != "text":
-        return translate_markup(model, tokenizer, texts, request.format, first=request.first_line, **options)
-    options |= {
-        "target_prefixes": request.target_prefixes, "split_sentences": request.split_sentences,
-        "first_line": request.first_line,
-    }  # fmt: skip
-    options |= {"constraints": request.constraints, "avoid": request.avoid, "glossary": request.glossary}
+        return markup_request(model, tokenizer, request, **generate_kwargs)
     if request.alignments:
-        return translate_aligned(model, tokenizer, texts, **options)
+        return align_request(model, tokenizer, request, **generate_kwargs)
     if request.nbest is not None:
-        return translate_nbest(model, tokenizer, texts, request.nbest, **options)
-    return translate(model, tokenizer, texts, **options)
+        return decode_nbest(model, tokenizer, request, **generate_kwargs)
+    layout, _, translations = decode_request(model, tokenizer, request, **generate_kwargs)
+    return translations if layout is None else layout.join(translations)

@@ -5,8 +5,9 @@ length, with the checks every translating caller makes before any work starts. W
 own spacing."""
 
 import functools
+import inspect
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 from tqdm.auto import tqdm
@@ -17,9 +18,8 @@ from ...search_vaswani import max_output_length
 from ..checkpoints import recorded_source_language
 from ..data.sentences import Layout, check_language, split_lines, tokenizer_language
 from .arguments import check_arguments
-from .engines import engine_of
 from .errors import InputError
-from .request import TranslationRequest
+from .request import LIMITS, CheckedRequest, TranslationRequest, checked
 from .terminology import NO_PHRASES, Glossary, SentencePhrases, check_room, phrase_ids, sentence_terms
 
 
@@ -133,10 +133,10 @@ def plan_batches(
     neither limit is given), or as many as `max_tokens` padded source tokens hold, or both limits. Nothing is
     truncated: an empty sentence, which would come back as an empty translation nobody asked for, one longer than
     `max_input_tokens` (no limit when None) and one longer than `max_tokens` are refused (`check_sentences`,
-    `length_batches`; errors name a sentence split from a line by that line, `layout`)."""
+    `length_batches`; errors name a sentence split from a line by that line, `layout`). The limits themselves were
+    checked with their request."""
     if batch_size is None and max_tokens is None:
         batch_size = DEFAULT_BATCH_SIZE
-    check_arguments(batch_size=batch_size, max_tokens=max_tokens, max_input_tokens=max_input_tokens)
     lengths = check_sentences(tokenizer, sentences, max_input_tokens, layout=layout)
     return lengths, length_batches(lengths, batch_size, max_tokens, layout)
 
@@ -242,18 +242,72 @@ def checked_phrase_ids(tokenizer, phrases: SentencePhrases, prefixes, room: Call
     return ids
 
 
-def checked_request(model, generate_kwargs: dict, **options) -> TranslationRequest:
-    """The request of a call of `translate_sentences` or `translate_nbest` (`options`: their arguments, with
-    generate()'s beam count, length limit and ensemble from `generate_kwargs`), checked for `model`'s engine and
-    beam (`TranslationRequest.check`) before any work."""
-    request = TranslationRequest(
-        num_beams=generate_kwargs.get("num_beams"),
-        max_new_tokens=generate_kwargs.get("max_new_tokens"),
-        models=1 + len(generate_kwargs.get("ensemble") or ()),
-        **options,
-    )
-    beams = None if request.num_beams or request.nbest is None else model.generation_config.num_beams
-    return request.check(engine_of(model), beams)
+def checked_request(model, texts, generate_kwargs: dict, **options) -> tuple[CheckedRequest, dict]:
+    """The request of a call of `translate`, `translate_sentences` or `translate_nbest` (`options`: their arguments,
+    with generate()'s beam count and length limit taken from `generate_kwargs` and its ensemble counted), checked once
+    for `model` (`TranslationRequest.check_for`) before any work; and generate()'s other arguments."""
+    others = {name: value for name, value in generate_kwargs.items() if name not in LIMITS}
+    limits = {name: generate_kwargs.get(name) for name in LIMITS}
+    models = 1 + len(others.get("ensemble") or ())
+    return TranslationRequest(texts=texts, **limits, models=models, **options).check_for(model), others
+
+
+def request_sentences(tokenizer, request: CheckedRequest, one_a_line: bool = False):
+    """The `Layout` `request`'s texts split into (None where it splits none), the sentences to translate and their
+    target prefixes; with `one_a_line`, a line of several sentences refused (an n-best list's)."""
+    if not request.split_sentences:
+        return None, request.texts, request.target_prefixes
+    layout = split_input(request.texts, tokenizer, request.language, request.first_line)
+    if one_a_line:
+        check_one_sentence_a_line(layout)
+    return layout, layout.sentences, split_prefixes(layout, request.target_prefixes)
+
+
+def request_batches(model, tokenizer, request: CheckedRequest, layout, sentences, prefixes, generate_kwargs: dict):
+    """`decoding_batches` of a checked request's sentences (`request_sentences`), its terminology per sentence."""
+    phrases = sentence_terms(layout, sentences, request.constraints, request.avoid, request.glossary, tokenizer)
+    return decoding_batches(
+        model, tokenizer, sentences, request.batch_size, request.max_tokens, request.max_input_tokens, prefixes,
+        request.paper_decoding, request.progress, {**request.limits(), **generate_kwargs}, layout, phrases,
+    )  # fmt: skip
+
+
+def decode_request(model, tokenizer, request: CheckedRequest, **generate_kwargs):
+    """What `translate_sentences` gives, for a request checked already (its front end's one check): the `Layout`, the
+    sentences translated and their translations. `generate_kwargs`: generate()'s own beyond the request."""
+    request = checked(request)
+    layout, sentences, prefixes = request_sentences(tokenizer, request)
+    if layout is not None and not sentences:  # only empty lines: nothing to translate
+        return layout, [], []
+    translations = [None] * len(sentences)
+    batches = request_batches(model, tokenizer, request, layout, sentences, prefixes, generate_kwargs)
+    for indices, batch, kwargs in batches:
+        generated = model.generate(**batch, paper_decoding=request.paper_decoding, **kwargs)
+        for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
+            translations[index] = text
+    return layout, list(sentences), translations
+
+
+def decode_nbest(model, tokenizer, request: CheckedRequest, **generate_kwargs) -> list[list["Hypothesis"]]:
+    """What `translate_nbest` gives, for a request with `nbest` checked already (its front end's one check)."""
+    request = checked(request)
+    layout, sentences, prefixes = request_sentences(tokenizer, request, one_a_line=True)
+    if layout is not None and not sentences:  # only empty lines: nothing to translate
+        return [[] for _ in layout.starts]
+    results = [None] * len(sentences)
+    batches = request_batches(model, tokenizer, request, layout, sentences, prefixes, generate_kwargs)
+    for indices, batch, kwargs in batches:
+        if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
+            rows = model.generate_nbest(**batch, nbest=request.nbest, paper_decoding=request.paper_decoding, **kwargs)
+        else:
+            rows = pytorch_nbest(model, batch, request.nbest, request.paper_decoding, kwargs)
+        for index, hypotheses in zip(indices, rows, strict=True):
+            results[index] = [
+                Hypothesis(tokenizer.decode(ids, skip_special_tokens=True), score) for ids, score in hypotheses
+            ]
+    if layout is None:
+        return results
+    return [results[start] if layout.count(line) else [] for line, start in enumerate(layout.starts)]
 
 
 def source_language(name: str | None, tokenizer, language: str | None = None, revision: str | None = None):
@@ -362,30 +416,19 @@ def translate_sentences(
     (None with `split_sentences=False`), the sentences translated (the layout's, else the inputs) and their
     translations, one a sentence. For callers that need each sentence's translation as well as the lines
     (`alignment.translate_aligned` aligns sentence by sentence)."""
-    given = checked_request(
-        model, generate_kwargs, texts=sentences, batch_size=batch_size, paper_decoding=paper_decoding,
-        progress=progress, max_input_tokens=max_input_tokens, max_tokens=max_tokens, target_prefixes=target_prefixes,
+    request, others = checked_request(
+        model, sentences, generate_kwargs, batch_size=batch_size, paper_decoding=paper_decoding, progress=progress,
+        max_input_tokens=max_input_tokens, max_tokens=max_tokens, target_prefixes=target_prefixes,
         split_sentences=split_sentences, language=language, first_line=first_line, constraints=constraints,
         avoid=avoid, glossary=glossary,
     )  # fmt: skip
-    language, glossary = given.language, given.glossary
-    layout = None
-    if split_sentences:
-        layout = split_input(sentences, tokenizer, language, first_line)
-        target_prefixes, sentences = split_prefixes(layout, target_prefixes), layout.sentences
-        if not sentences:  # only empty lines: nothing to translate
-            return layout, [], []
-    translations = [None] * len(sentences)
-    phrases = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
-    batches = decoding_batches(
-        model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs, layout, phrases,
-    )  # fmt: skip
-    for indices, batch, kwargs in batches:
-        generated = model.generate(**batch, paper_decoding=paper_decoding, **kwargs)
-        for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
-            translations[index] = text
-    return layout, list(sentences), translations
+    return decode_request(model, tokenizer, request, **others)
+
+
+# translate()'s own options, which a request holds: its other keyword arguments are generate()'s.
+OPTIONS = frozenset(inspect.signature(translate_sentences).parameters) & {
+    each.name for each in fields(TranslationRequest)
+}
 
 
 @dataclass
@@ -427,38 +470,13 @@ def translate_nbest(
     would be n combinations of its sentences' ones. Give `split_sentences=False` (--no_split_sentences) to have such
     a line translated whole, as one sentence. `constraints`, `avoid` and `glossary` as `translate` takes them."""
     check_arguments(nbest=nbest)  # the request's None (one translation) is no n-best list
-    given = checked_request(
-        model, generate_kwargs, texts=sentences, nbest=nbest, batch_size=batch_size, paper_decoding=paper_decoding,
+    request, others = checked_request(
+        model, sentences, generate_kwargs, nbest=nbest, batch_size=batch_size, paper_decoding=paper_decoding,
         progress=progress, max_input_tokens=max_input_tokens, max_tokens=max_tokens, target_prefixes=target_prefixes,
         split_sentences=split_sentences, language=language, first_line=first_line, constraints=constraints,
         avoid=avoid, glossary=glossary,
     )  # fmt: skip
-    language, glossary = given.language, given.glossary
-    layout = None
-    if split_sentences:
-        layout = split_input(sentences, tokenizer, language, first_line)
-        check_one_sentence_a_line(layout)
-        target_prefixes, sentences = split_prefixes(layout, target_prefixes), layout.sentences
-        if not sentences:  # only empty lines: nothing to translate
-            return [[] for _ in layout.starts]
-    results = [None] * len(sentences)
-    phrases = sentence_terms(layout, sentences, constraints, avoid, glossary, tokenizer)
-    batches = decoding_batches(
-        model, tokenizer, sentences, batch_size, max_tokens, max_input_tokens, target_prefixes, paper_decoding,
-        progress, generate_kwargs, layout, phrases,
-    )  # fmt: skip
-    for indices, batch, kwargs in batches:
-        if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
-            rows = model.generate_nbest(**batch, nbest=nbest, paper_decoding=paper_decoding, **kwargs)
-        else:
-            rows = pytorch_nbest(model, batch, nbest, paper_decoding, kwargs)
-        for index, hypotheses in zip(indices, rows, strict=True):
-            results[index] = [
-                Hypothesis(tokenizer.decode(ids, skip_special_tokens=True), score) for ids, score in hypotheses
-            ]
-    if layout is None:
-        return results
-    return [results[start] if layout.count(line) else [] for line, start in enumerate(layout.starts)]
+    return decode_nbest(model, tokenizer, request, **others)
 
 
 def check_one_sentence_a_line(layout: Layout) -> None:

@@ -10,7 +10,7 @@ from transformers import AutoTokenizer
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.translation import documents
 from modeling_vaswani.toolkit.translation.documents import translate_markup
-from modeling_vaswani.toolkit.translation.translate import InputError, translate
+from modeling_vaswani.toolkit.translation.translate import InputError, decode_request, translate
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +32,11 @@ def test_inline_tags_come_back_on_a_translation_equal_to_the_plain_one(loaded, m
     model, tokenizer = loaded
     calls = []
 
-    def counted(*args, **kwargs):
-        calls.append(len(args[2]))
-        return translate(*args, **kwargs)
+    def counted(model, tokenizer, request, **kwargs):
+        calls.append(len(request.texts))
+        return decode_request(model, tokenizer, request, **kwargs)
 
-    monkeypatch.setattr(documents, "translate", counted)
+    monkeypatch.setattr(documents, "decode_request", counted)
     outputs = translate_markup(model, tokenizer, LINES, format="xml-inline", progress=False)
     assert calls == [4]  # every sentence of every line, in one call
     plain = translate(model, tokenizer, [read(line)[0] for line in LINES], progress=False)

@@ -10,15 +10,22 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transformers import pipeline
 
 import modeling_vaswani
-from modeling_vaswani.toolkit.translation.alignment import AlignedTranslation, translate_aligned
+from modeling_vaswani.toolkit.cli import translate as translate_command
+from modeling_vaswani.toolkit.translation.alignment import AlignedTranslation, translate_aligned, word_alignments
 from modeling_vaswani.toolkit.translation.documents import translate_markup
 from modeling_vaswani.toolkit.translation.engines import ENGINES, CTranslate2, PyTorch, engine_for, engine_of
 from modeling_vaswani.toolkit.translation.errors import InputError
-from modeling_vaswani.toolkit.translation.request import Spelling, TranslationRequest, translate_request
+from modeling_vaswani.toolkit.translation.request import (
+    CheckedRequest,
+    Spelling,
+    TranslationRequest,
+    translate_request,
+)
 from modeling_vaswani.toolkit.translation.terminology import Glossary
-from modeling_vaswani.toolkit.translation.translate import Hypothesis, translate, translate_nbest
+from modeling_vaswani.toolkit.translation.translate import Hypothesis, decode_request, translate, translate_nbest
 
 FLAGS = Spelling(flags=True, names={"language": "source_lang", "target_prefixes": "target_prefix"})
 FIELDS = {each.name for each in fields(TranslationRequest)}
@@ -107,7 +114,7 @@ def test_what_goes_is_given_back_as_it_is_to_be_run():
 
 
 def test_the_engines_declare_what_they_can_do_and_are_chosen_by_their_files(tmp_path):
-    assert set(ENGINES) == {"pytorch", "ctranslate2"} and PyTorch.can == {"constraints", "attention", "ensembles"}
+    assert {"pytorch", "ctranslate2"} <= set(ENGINES) and PyTorch.can == {"constraints", "attention", "ensembles"}
     assert CTranslate2.can == frozenset()
     assert engine_for(None) is PyTorch and engine_for(tmp_path) is PyTorch
     (tmp_path / "model.bin").write_bytes(b"")
@@ -224,3 +231,76 @@ def test_a_request_is_translated_by_the_function_its_options_choose(loaded):
     assert [line.text for line in held] == translate(model, tokenizer, one, constraints=terms, **room)
     assert "Fahrrad" in held[0].text
     assert held == translate_aligned(model, tokenizer, one, constraints=terms, **room)
+
+
+@pytest.fixture
+def checks(monkeypatch) -> list[str]:
+    """Each run of `TranslationRequest.check` (`check_for` runs it too), counted by wrapping it: the class of the
+    request it checked."""
+    calls, check = [], TranslationRequest.check
+
+    def counted(self, *args, **kwargs):
+        calls.append(type(self).__name__)
+        return check(self, *args, **kwargs)
+
+    monkeypatch.setattr(TranslationRequest, "check", counted)
+    return calls
+
+
+@pytest.mark.slow  # a dozen short decodes and a command run in process: about 8 s on 2 busy cores
+def test_each_front_end_checks_a_request_once(checkpoint, loaded, checks, tmp_path, capsys):
+    """Every request is checked exactly once in the command (before its model loads, the n-best list held to the
+    model's stored beam), the library's functions, the one dispatch and the pipeline (the server: test_service.py):
+    the entries under them run the checked request as it is. On 2c3ba1d the command checked 3 times, translate_request
+    twice."""
+    model, tokenizer = loaded
+    fast = {"max_new_tokens": 3, "progress": False}
+    translator = pipeline("vaswani-translation", model=model, tokenizer=tokenizer, max_new_tokens=3)
+    lines, paragraphs = tmp_path / "lines.en", tmp_path / "paragraphs.en"
+    lines.write_text("A man rides.\nTwo dogs.\n", encoding="utf-8")
+    paragraphs.write_text("A man rides. A dog runs.\nTwo dogs.\n", encoding="utf-8")
+    command = [str(checkpoint), "--max_new_tokens", "3", "--input"]
+    front_ends = {
+        "translate": lambda: translate(model, tokenizer, ["A man. A dog."], **fast),
+        "translate_nbest": lambda: translate_nbest(model, tokenizer, ["A man."], 2, num_beams=2, **fast),
+        "translate_aligned": lambda: translate_aligned(model, tokenizer, ["A man."], constraints=[["Mann"]], **fast),
+        "translate_markup": lambda: translate_markup(model, tokenizer, ["<b>A</b> man."], "xml-inline", **fast),
+        "word_alignments": lambda: word_alignments(model, tokenizer, ["A man."], ["Ein Mann."]),
+        "translate_request": lambda: translate_request(model, tokenizer, TranslationRequest(["A."], nbest=2, **fast)),
+        "pipeline": lambda: translator(["A man. A dog."], alignments=True),
+        "pipeline, terms": lambda: translator("A man.", constraints=["Mann"], num_return_sequences=2),
+        "vaswani-translate": lambda: translate_command.main([*command, str(paragraphs)]),
+        "vaswani-translate --nbest": lambda: translate_command.main([*command, str(lines), "--nbest", "2"]),
+        "vaswani-translate --format": lambda: translate_command.main([*command, str(lines), "--format", "xml-inline"]),
+    }
+    for name, front_end in front_ends.items():
+        checks.clear()
+        front_end()
+        assert checks == ["TranslationRequest"], name
+    assert capsys.readouterr().out.count("\n") == 2 + 2 * 2 + 2  # the commands answered: lines, n-best lists, lines
+
+
+def test_a_request_checked_once_runs_without_a_second_and_no_unchecked_one_skips_it(loaded, checks):
+    model, tokenizer = loaded
+    asked = TranslationRequest(texts=["A man."], max_new_tokens=3, progress=False)
+    checked = asked.check_for(model)
+    assert type(checked) is CheckedRequest and checks == ["TranslationRequest"]
+    assert translate_request(model, tokenizer, checked) == translate(model, tokenizer, ["A man."], max_new_tokens=3)
+    assert checks == ["TranslationRequest", "TranslationRequest"]  # translate()'s own, not translate_request's
+    with pytest.raises(TypeError, match="a TranslationRequest; expected a CheckedRequest"):
+        decode_request(model, tokenizer, asked)
+    with pytest.raises(ValueError, match="a request checked for 1 model.s. run with 2; expected the same"):
+        translate_request(model, tokenizer, checked, ensemble=[model])
+
+
+def test_the_beam_rule_asks_the_models_beam_only_for_an_nbest_list_that_names_none():
+    asked = []
+
+    def model_beams():
+        asked.append(True)
+        return 4
+
+    assert TranslationRequest(nbest=3).beams_to_hold(model_beams) == 4
+    assert TranslationRequest(nbest=3, num_beams=5).beams_to_hold(model_beams) is None
+    assert TranslationRequest().beams_to_hold(model_beams) is None
+    assert asked == [True]

@@ -81,12 +81,12 @@ def test_words_no_whitespace_separates_are_one_word_of_the_line():
 def test_a_model_without_attention_weights_is_refused_before_any_translating(loaded):
     _, tokenizer = loaded
 
-    class Exported:  # as serving/ctranslate2.py's CTranslate2Model: no attention weights to read
-        def score_batch(self, *args):
-            raise AssertionError("not called")
+    class Exported:  # as translation/ctranslate2.py's CTranslate2Model: no attention weights to read
+        engine = "ctranslate2"
 
         def generate(self, *args, **kwargs):
             raise AssertionError("refused before translating")
 
-    with pytest.raises(ValueError, match="need a PyTorch model.*the PyTorch checkpoint it was exported from"):
+    expected = "need.s. the PyTorch model's attention weights .*CTranslate2.*the checkpoint it was exported from"
+    with pytest.raises(ValueError, match=expected):
         translate_aligned(Exported(), tokenizer, ["A man."], **FAST)
