@@ -5,9 +5,10 @@ The folder: onnx/encoder_model.onnx (input_ids, attention_mask -> last_hidden_st
 (input_ids, encoder_attention_mask, encoder_hidden_states, past_key_values.N.{decoder,encoder}.{key,value},
 use_cache_branch -> logits, present.N.{decoder,encoder}.{key,value}), the names optimum writes for Marian models and
 transformers.js (src/models.js, session_config.js) feeds; with `quantize="int8"`, onnx/*_quantized.onnx beside them
-(transformers.js's name for its q8 variant), onnxruntime's dynamic int8 weights. Beside onnx/: the tokenizer, the
-generation settings and the config, and ONNX_FILE, the settings the onnxruntime engine reads
-(translation/onnxruntime.py).
+(transformers.js's name for its q8 variant), onnxruntime's dynamic int8 weights. Beside onnx/: the stock MarianMT
+export's config, generation settings and tokenizer (interop/marian_export.py: what transformers.js reads; its refusals
+are this export's), and ONNX_FILE, the settings the onnxruntime engine reads (translation/onnxruntime.py) with each
+graph's size and SHA-256, which the one opener checks (`checkpoints.validate_onnx`).
 
 How: torch.onnx's dynamo exporter (torch.export) traces the model's own encoder and decoder, so the graphs compute
 what the checkpoint computes (Equation 1 as `eager_attention_forward`, the portable form: no fused attention op that
