@@ -1,7 +1,7 @@
 """What the stock MarianMT export (vaswani-export-marian) changes on real text: the checkpoint and its export
 (modeling_vaswani.toolkit.interop.marian_export.to_marian, the folder's model) translate a test set side by side.
 
-MarianMT computes this network with LayerNorm's epsilon fixed at 1e-5 (transformers' modeling_marian.py), where the
+MarianMT computes this network with LayerNorm's epsilon fixed at 1e-5 (transformers' MarianEncoderLayer), where the
 configuration's is 1e-6, and its generation config says beam 4 and alpha 0.6 in transformers' beam search, which
 divides by |Y|^alpha where Section 6.1 uses GNMT's ((5 + |Y|) / 6)^alpha. Printed, as JSON:
 - the largest difference of the logits over the test set's sources and our beam translations as decoder input;

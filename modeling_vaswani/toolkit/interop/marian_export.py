@@ -10,7 +10,7 @@ activation (ReLU, Equation 2), post-LN layers without a final norm (Section 3.1;
 static sinusoids; zero attention biases and a zero `final_logits_bias` where this model has none (MarianMT always has
 them).
 
-What Marian cannot say differently, by construction of transformers' modeling_marian.py:
+What Marian cannot say differently, by construction of transformers.models.marian.modeling_marian:
 - LayerNorm's epsilon is torch's default, 1e-5 (`nn.LayerNorm(embed_dim)`), against this model's 1e-6: the effect is
   measured in docs/interop.md; a model whose epsilon is larger than 1e-5 is refused.
 - the position table has `max_position_embeddings` rows and a longer sequence fails inside Marian's forward: the
@@ -35,7 +35,7 @@ from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writa
 from .convert import DECODER_LAYER, ENCODER_LAYER, READS, ConversionError, layer_weight
 from .marian import POSITION_KEYS, TIED_KEYS, check_tokenizer, halves_to_interleaved
 
-MARIAN_LAYER_NORM_EPS = 1e-5  # modeling_marian.py's nn.LayerNorm(embed_dim): torch's default, not configurable
+MARIAN_LAYER_NORM_EPS = 1e-5  # transformers' MarianEncoderLayer: nn.LayerNorm(embed_dim), torch's default
 
 EXPORT_OUTPUT = (*TOKENIZER_OUTPUT, "config.json", "generation_config.json", "model.safetensors")
 EXPORTED_MARIAN = Output("vaswani-export-marian", "output folder", names=EXPORT_OUTPUT)
