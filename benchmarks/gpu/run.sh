@@ -147,7 +147,7 @@ bench() { # bench NAME LIMIT_S BENCH_STAGE...
 }
 benchmark() {
     bench training 200 training-base training-big
-    stage bench-steps 240 "$PY" benchmarks/gpu/steps.py --device "$DEVICE" --dtype "$DTYPE" "${tiny_flag[@]}" \
+    stage bench-steps 300 "$PY" benchmarks/gpu/steps.py --device "$DEVICE" --dtype "$DTYPE" "${tiny_flag[@]}" \
         --out "$OUT"
     bench generation 180 generation
 }

@@ -249,38 +249,33 @@ def compile_backend(device: str) -> str:
     return "inductor" if device.startswith("cuda") else "eager"
 
 
-def paper_part(tiny: bool, device: str, dtype: str, ceiling_gflops: float) -> dict:
-    """Base and big at the paper's batch: our model eager and compiled, MarianMT eager, tokens/s and MFU."""
+def paper_model(name: str, tiny: bool, device: str, dtype: str, ceiling_gflops: float) -> dict:
+    """`name` (base or big) at the paper's batch: our model eager and compiled, MarianMT eager, tokens/s and MFU."""
     from modeling_vaswani import VaswaniForConditionalGeneration
 
-    result = {}
-    for name in PAPER_MODELS:
-        shapes = models.Shapes(**TINY, batch=TINY_BATCH) if tiny else models.model_shapes(name, PAPER_BATCH)
-        torch.manual_seed(SEED)
-        ours = VaswaniForConditionalGeneration(models.vaswani_config(shapes))
-        marian = to_marian(ours).to(device)
-        ours = ours.to(device)
-        implementations = {
-            "vaswani eager": ours,
-            "vaswani compiled": torch.compile(copy.deepcopy(ours), backend=compile_backend(device)),
-            "marian eager": marian,
-        }
-        flops = measure.training_flops(shapes)
-        figures = {"batch": f"{shapes.batch} x ({shapes.source_length} + {shapes.target_length})"}
-        for label, model in implementations.items():
-            figures[label] = paper_figures(model, shapes, device, dtype, flops, ceiling_gflops)
-            implementations[label] = None  # frees the device's memory for the next one
-            del model
-        figures["ratios"] = {
-            f"{label} / marian eager": figures[label]["tokens_per_s"] / figures["marian eager"]["tokens_per_s"]
-            for label in ("vaswani eager", "vaswani compiled")
-        }
-        figures["ratios"]["vaswani compiled / eager"] = (
-            figures["vaswani compiled"]["tokens_per_s"] / figures["vaswani eager"]["tokens_per_s"]
-        )
-        result[name] = figures
-        del ours, marian
-    return result
+    shapes = models.Shapes(**TINY, batch=TINY_BATCH) if tiny else models.model_shapes(name, PAPER_BATCH)
+    torch.manual_seed(SEED)
+    ours = VaswaniForConditionalGeneration(models.vaswani_config(shapes))
+    marian = to_marian(ours).to(device)
+    ours = ours.to(device)
+    implementations = {
+        "vaswani eager": ours,
+        "vaswani compiled": torch.compile(copy.deepcopy(ours), backend=compile_backend(device)),
+        "marian eager": marian,
+    }
+    del ours, marian
+    flops = measure.training_flops(shapes)
+    figures = {"batch": f"{shapes.batch} x ({shapes.source_length} + {shapes.target_length})"}
+    for label in list(implementations):
+        figures[label] = paper_figures(implementations.pop(label), shapes, device, dtype, flops, ceiling_gflops)
+    figures["ratios"] = {
+        f"{label} / marian eager": figures[label]["tokens_per_s"] / figures["marian eager"]["tokens_per_s"]
+        for label in ("vaswani eager", "vaswani compiled")
+    }
+    figures["ratios"]["vaswani compiled / eager"] = (
+        figures["vaswani compiled"]["tokens_per_s"] / figures["vaswani eager"]["tokens_per_s"]
+    )
+    return figures
 
 
 def paper_figures(model, shapes, device: str, dtype: str, flops: int, ceiling_gflops: float) -> dict:
@@ -341,25 +336,33 @@ def table_of(output: dict) -> str:
 
 
 def run(device: str, dtype: str, tiny: bool, out: Path, progress=print) -> dict:
-    """Both parts (one failing leaves the other), OUT/bench-training-steps.json written; returns what it wrote."""
+    """Every part (one failing leaves the others), OUT/bench-training-steps.json written after each, `complete` once
+    all ran (a stage stopped at its time limit leaves the parts it measured); returns what it wrote last."""
     start = time.perf_counter()
     torch.set_float32_matmul_precision("highest")  # float32 means float32, as in tests/gpu/
-    output = {"stage": STAGE, "tiny": tiny, "device": device, "dtype": dtype, "errors": []}
+    output = {"stage": STAGE, "tiny": tiny, "device": device, "dtype": dtype, "errors": [], "complete": False}
+
+    def write(part: str):
+        output["seconds"] = round(time.perf_counter() - start, 1)
+        output["table"] = table_of(output)
+        (out / f"bench-{STAGE}.json").write_text(json.dumps(output, indent=2, default=str) + "\n")
+        progress(f"[{STAGE}] {part} measured ({output['seconds']:.0f} s)")
+
     try:
         output["shapes"] = shapes_part(tiny, device, dtype)
     except Exception as error:  # a benchmark reports what failed, and measures the rest
         output["errors"].append(f"shapes: {type(error).__name__}: {error}")
-    progress(f"[{STAGE}] varied shapes measured ({time.perf_counter() - start:.0f} s)")
+    write("varied shapes")
     try:
-        ceiling = measure.matmul_rate(device, dtype, 1, REPETITIONS)
-        output["ceiling"] = ceiling
-        output["paper"] = paper_part(tiny, device, dtype, ceiling["gflops"])
+        output["ceiling"] = measure.matmul_rate(device, dtype, 1, REPETITIONS)
+        for name in PAPER_MODELS:
+            output.setdefault("paper", {})[name] = paper_model(name, tiny, device, dtype, output["ceiling"]["gflops"])
+            write(name)
     except Exception as error:
         output["errors"].append(f"paper: {type(error).__name__}: {error}")
-    output["seconds"] = round(time.perf_counter() - start, 1)
-    output["table"] = table_of(output)
+    output["complete"] = True
+    write("everything")
     progress(output["table"])
-    (out / f"bench-{STAGE}.json").write_text(json.dumps(output, indent=2, default=str) + "\n")
     return output
 
 
