@@ -26,7 +26,10 @@ from .shell import command
 @command("vaswani-push")
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("checkpoint", help="checkpoint folder, e.g. OUTPUT_DIR/averaged of vaswani-train")
+    parser.add_argument(
+        "checkpoint",
+        help="checkpoint folder (OUTPUT_DIR/averaged of vaswani-train), or a vaswani-export-onnx or -marian folder",
+    )
     parser.add_argument("repo_id", help="the Hub repository, e.g. user/vaswani-base-wmt14-en-de")
     parser.add_argument("--private", action="store_true", help="create the repository private (if it is new)")
     parser.add_argument("--revision", help="push to this branch, created from main if needed (default: main)")

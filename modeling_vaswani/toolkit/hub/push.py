@@ -25,6 +25,11 @@ lacks are deleted, so that an earlier model of another layout (one model.safeten
 another number of shards, a pytorch_model.bin) can never be loaded in place of, or beside, the new one. The commit
 names its parent, the state the deletions were computed on: a push that raced another one is refused by the Hub
 (412), told as `PushRaced`, rather than deleting from a state it did not see.
+
+The stock variants (issue 54), the folders of vaswani-export-onnx and vaswani-export-marian, are pushed as they are,
+without this package's code: their stock MarianMT config, tokenizer and generation settings, and the ONNX graphs
+under onnx/ (where transformers.js reads a repository) or the MarianMT weights (`validate_export`, `stock_files`);
+the card is the same template's variant section.
 """
 
 import fnmatch
@@ -39,9 +44,11 @@ from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 
+import torch
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi, ModelCard
 from huggingface_hub.errors import HfHubHTTPError
 from huggingface_hub.utils import HFValidationError, validate_repo_id
+from transformers import AutoTokenizer, MarianConfig, MarianMTModel
 from transformers.tokenization_utils_base import (
     ADDED_TOKENS_FILE,
     CHAT_TEMPLATE_FILE,
@@ -53,9 +60,22 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 
 from ...configuration_vaswani import VaswaniConfig
 from ...remote_code_vaswani import AUTO_MAP, CUSTOM_PIPELINES, payload_files
-from ..checkpoints import RESULTS, Checkpoint, CheckpointError, read_json, validate_checkpoint, weight_files
+from ..checkpoints import (
+    ONNX_FILE,
+    ONNX_FOLDER,
+    RESULTS,
+    Checkpoint,
+    CheckpointError,
+    is_onnx_folder,
+    load_results,
+    read_json,
+    validate_checkpoint,
+    validate_onnx,
+    weight_files,
+)
 from ..outputs import MARKER, marked_files
 from ..texts import read_text
+from ..web import LISTING, PAGE_FILES
 
 logger = logging.getLogger(__name__)
 
@@ -316,7 +336,15 @@ def render_model_card(
     path, paper_model = template_for(checkpoint.config, template)
     values.update(paper_values(paper_model))
     try:
-        sections = {"results": with_results, "chrf_ter": "chrf" in values}
+        export = exported_by(checkpoint.folder)
+        sections = {
+            "results": with_results,
+            "chrf_ter": "chrf" in values,
+            "remote_code": export is None,
+            "onnx": export == "vaswani-export-onnx",
+            "quantized": any((checkpoint.folder / ONNX_FOLDER).glob("*_quantized.onnx")),
+            "marian": export == "vaswani-export-marian",
+        }
         card = render_template(read_text(path), values, sections)
     except CheckpointError as error:
         raise CheckpointError(f"model card template {path}: {error}") from error
@@ -338,6 +366,91 @@ def check_card(card: str, with_results: bool) -> None:
 # ---------------------------------------------------------------------------------------------------------------------
 # The push
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+# The commands whose folders are pushed as they are, stock MarianMT models without this package's code (`stock_files`).
+STOCK_EXPORTS = ("vaswani-export-onnx", "vaswani-export-marian")
+# Why a file of the folder is not pushed: a stock export's browser page, a checkpoint's training state.
+LEFT_OUT = dict.fromkeys((*PAGE_FILES, LISTING), "the browser page, which vaswani-export-onnx --web writes")
+TRAINER_STATE_LEFT_OUT = "the Trainer's training state, not the model's"
+
+
+def exported_by(folder: Path) -> str | None:
+    """The command of STOCK_EXPORTS that wrote `folder`, by what it holds: an ONNX export's files, or a MarianMT
+    config.json; None for anything else (a checkpoint, which `validate_checkpoint` judges)."""
+    if is_onnx_folder(folder):
+        return STOCK_EXPORTS[0]
+    config = folder / "config.json"
+    if config.is_file() and read_json(config).get("model_type") == "marian":
+        return STOCK_EXPORTS[1]
+    return None
+
+
+def validate_export(folder: Path) -> Checkpoint:
+    """A stock export (vaswani-export-onnx or -marian) as the card and the push see a checkpoint: an ONNX export
+    checked by the one opener (`validate_onnx`; its int8 variant too where onnx/ holds it), a Marian export's weights
+    and tokenizer opened; the shapes read from the MarianMT config beside them, and the parameters counted on the
+    MarianMTModel that config builds, without memory (its zero biases, which this network has not, included)."""
+    if exported_by(folder) == "vaswani-export-onnx":
+        tokenizer = validate_onnx(folder).tokenizer
+        if any((folder / ONNX_FOLDER).glob("*_quantized.onnx")):
+            validate_onnx(folder, quantized=True)
+    else:
+        tokenizer = validate_marian_export(folder)
+    marian = MarianConfig.from_dict(read_json(folder / "config.json"))
+    with torch.device("meta"):
+        parameters = MarianMTModel(marian).num_parameters()
+    shapes = VaswaniConfig(
+        vocab_size=marian.vocab_size,
+        d_model=marian.d_model,
+        d_ff=marian.encoder_ffn_dim,
+        num_heads=marian.encoder_attention_heads,
+        encoder_layers=marian.encoder_layers,
+        decoder_layers=marian.decoder_layers,
+        dropout=marian.dropout,
+    )
+    return Checkpoint(folder, shapes, parameters, load_results(folder), tokenizer)
+
+
+def validate_marian_export(folder: Path):
+    """A vaswani-export-marian folder's tokenizer, once its weights open (`weight_files` names a damaged file)."""
+    if not weight_files(folder):
+        raise CheckpointError(f"{folder} has no model.safetensors; expected the folder vaswani-export-marian writes")
+    try:
+        return AutoTokenizer.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        raise CheckpointError(f"{folder}: its tokenizer does not load: {error}") from error
+
+
+def stock_files(checkpoint: Checkpoint, include: Iterable[str] = ()) -> tuple[dict[str, Path], list[str]]:
+    """`files_to_push` of a stock export: its config, generation settings, tokenizer, weights or ONNX_FILE with every
+    graph under onnx/ (where transformers.js reads them), pushed as written; the browser page's files left out
+    (LEFT_OUT); any other file refused by name unless `include` adds it."""
+    folder = checkpoint.folder
+    included = included_files(folder, include)
+    known = {*checkpoint.tokenizer.vocab_files_names.values(), *TOKENIZER_FILES, *MODEL_FILES, ONNX_FILE}
+    if exported_by(folder) == "vaswani-export-marian":
+        known |= {path.name for path in weight_files(folder)}
+    files, left, others = {}, [], []
+    for path in sorted(folder.iterdir()):
+        if path.name in included or path.name.startswith("."):
+            continue
+        if path.is_dir() and path.name == ONNX_FOLDER:
+            graphs = sorted(path.iterdir())
+            others += [f"{ONNX_FOLDER}/{graph.name}" for graph in graphs if graph.suffix != ".onnx"]
+            files.update({f"{ONNX_FOLDER}/{graph.name}": graph for graph in graphs if graph.suffix == ".onnx"})
+        elif path.name in known and path.name not in {"README.md", MANIFEST}:
+            files[path.name] = path
+        elif path.name in LEFT_OUT:
+            left.append(path.name)
+        else:
+            others.append(path.name)
+    if others:
+        raise CheckpointError(
+            f"{folder} holds {', '.join(others)}, not an export's model files; push such a file on purpose with "
+            "--include NAME, or move it out of the folder"
+        )
+    return {**files, **included}, left
 
 
 class PushRaced(ValueError):
@@ -411,16 +524,18 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def stage(checkpoint: Checkpoint, files: dict[str, Path], card: str, staging: Path) -> None:
-    """The files to upload: `files`, the card, this package's code, a config naming it, and the MANIFEST of them."""
+def stage(checkpoint: Checkpoint, files: dict[str, Path], card: str, staging: Path, remote_code: bool = True) -> None:
+    """The files to upload: `files`, the card, with `remote_code` this package's code and a config naming it (a stock
+    export's config is one of `files`), and the MANIFEST of them."""
     for name, path in files.items():
         (staging / name).parent.mkdir(parents=True, exist_ok=True)
         link_or_copy(path, staging / name)
-    for path in payload_files():
-        shutil.copyfile(path, staging / path.name)
-    config = read_json(checkpoint.folder / "config.json")
-    config.update(auto_map=AUTO_MAP, custom_pipelines=CUSTOM_PIPELINES)
-    (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    if remote_code:
+        for path in payload_files():
+            shutil.copyfile(path, staging / path.name)
+        config = read_json(checkpoint.folder / "config.json")
+        config.update(auto_map=AUTO_MAP, custom_pipelines=CUSTOM_PIPELINES)
+        (staging / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     (staging / "README.md").write_text(card, encoding="utf-8")
     pushed = sorted(
         [*(path.relative_to(staging).as_posix() for path in staging.rglob("*") if path.is_file()), MANIFEST]
@@ -512,12 +627,13 @@ def push_checkpoint(
     """
     report = report or log_line
     check_repo_id(repo_id)
-    checkpoint = validate_checkpoint(folder)
-    files, left_out = files_to_push(checkpoint, include)
+    stock = exported_by(Path(folder)) is not None
+    checkpoint = validate_export(Path(folder)) if stock else validate_checkpoint(folder)
+    files, left_out = (stock_files if stock else files_to_push)(checkpoint, include)
     card = render_model_card(checkpoint, repo_id, test_set, with_results, template)
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory(prefix="vaswani-push-") as staging:
-        stage(checkpoint, files, card, Path(staging))
+        stage(checkpoint, files, card, Path(staging), remote_code=not stock)
         # Not private: None leaves the visibility to the Hub's default for the account, as the Trainer does.
         url = api.create_repo(repo_id, private=private or None, exist_ok=True)
         if revision is not None:
@@ -535,7 +651,7 @@ def push_checkpoint(
         for name in sorted(pushed):
             report(f"pushing {name}")
         for name in left_out:
-            report(f"left out {name} (the Trainer's training state, not the model's)")
+            report(f"left out {name} ({LEFT_OUT.get(name, TRAINER_STATE_LEFT_OUT)})")
         for name in stale:
             report(f"deleting {name} (the earlier model's; this one does not have it)")
         try:
