@@ -22,6 +22,7 @@ from modeling_vaswani.toolkit.cli import (
     average,
     evaluate,
     export_ctranslate2,
+    export_marian,
     plot_attention,
     push,
     score,
@@ -187,6 +188,7 @@ COMMANDS = {
     "serve": (serve.main, lambda T, X: ["--port", free_port()]),
     "plot-attention": (plot_attention.main, lambda T, X: ["A man.", "--output_dir", T / "maps"]),
     "export-ctranslate2": (export_ctranslate2.main, lambda T, X: [T / "ct2"]),
+    "export-marian": (export_marian.main, lambda T, X: [T / "marian"]),
     "push": (push.main, lambda T, X: ["user/never-pushed", "--no_results"]),
     "average": (average.main, lambda T, X: [T / "other", "--output", T / "averaged"]),
     "train": (train.main, lambda T, X: ["--output_dir", T / "run"]),
@@ -207,7 +209,7 @@ def test_every_command_that_reads_a_checkpoint_names_its_model_type(
     error = refused(main, [*before, folder, *rest(tmp_path, texts)], capsys)
     expected = f"{folder / 'config.json'} is not a Vaswani config: model_type is {model_type!r}, expected 'vaswani'"
     assert error == f"vaswani-{command}: error: {expected}"
-    assert not {"averaged", "ct2", "maps", "run"} & {path.name for path in tmp_path.iterdir()}
+    assert not {"averaged", "ct2", "marian", "maps", "run"} & {path.name for path in tmp_path.iterdir()}
 
 
 def test_the_config_class_names_a_foreign_model_type_in_the_python_api(checkpoint, tmp_path):

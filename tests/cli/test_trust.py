@@ -19,7 +19,7 @@ from helpers.small_disk import fill, small_disk
 from helpers.training_setup import TESTS, tiny_checkpoint
 from safetensors.torch import load_file, save_file
 
-from modeling_vaswani.toolkit.cli import average, export_ctranslate2, plot_attention, train, translate
+from modeling_vaswani.toolkit.cli import average, export_ctranslate2, export_marian, plot_attention, train, translate
 from modeling_vaswani.toolkit.cli.shell import ENVIRONMENT_ERRNOS
 
 FAST = ["--num_beams", "1", "--max_new_tokens", "4"]
@@ -151,12 +151,15 @@ def set_config(folder, **values):
     (folder / "config.json").write_text(json.dumps({**config, **values}))
 
 
-@pytest.mark.parametrize("main", [translate.main, export_ctranslate2.main, plot_attention.main, average.main])
+@pytest.mark.parametrize(
+    "main", [translate.main, export_ctranslate2.main, export_marian.main, plot_attention.main, average.main]
+)
 def test_a_config_that_disagrees_with_its_tensors_is_named_by_every_command(copy, source, tmp_path, capsys, main):
     set_config(copy, d_ff=96)
     argv = {
         translate.main: ["--input", source, *FAST],
         export_ctranslate2.main: [tmp_path / "ct2"],
+        export_marian.main: [tmp_path / "marian"],
         plot_attention.main: ["A man.", "--output_dir", tmp_path / "maps"],
         average.main: [copy, "--output", tmp_path / "averaged"],  # the same checkpoint twice is refused first
     }[main]
