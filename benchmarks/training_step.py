@@ -202,6 +202,9 @@ def run(steps: int, names: list[str], threads: int | None) -> dict:
             shift = index % len(runners)
             for runner in runners[shift:] + runners[:shift]:
                 runner.step(batch, batch_seconds, timed=index >= WARMUP_STEPS)
+            if (index + 1) % 10 == 0:
+                elapsed = time.monotonic() - started
+                print(f"step {index + 1} of {WARMUP_STEPS + steps}: {elapsed:.0f} s", file=sys.stderr)
         wall = time.monotonic() - started
         after = beside()
         epsilon = trainer.args.label_smoothing_factor
