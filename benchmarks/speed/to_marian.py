@@ -8,8 +8,9 @@ from transformers import MarianConfig, MarianMTModel
 
 from modeling_vaswani.configuration_vaswani import VaswaniConfig
 from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration
-from modeling_vaswani.toolkit.interop.convert import DECODER_LAYER, ENCODER_LAYER, READS, ConversionError, layer_weight
-from modeling_vaswani.toolkit.interop.marian import POSITION_KEYS, TIED_KEYS, halves_to_interleaved
+from modeling_vaswani.toolkit.interop.convert import ConversionError
+from modeling_vaswani.toolkit.interop.marian import POSITION_KEYS, TIED_KEYS
+from modeling_vaswani.toolkit.interop.marian_export import marian_state_dict
 
 
 def marian_config(
@@ -67,42 +68,13 @@ def marian_config_of(config: VaswaniConfig) -> MarianConfig:
     )
 
 
-def to_marian_state_dict(state_dict: dict, d_model: int) -> dict:
-    """`convert_state_dict` undone: our weights under Marian's names, the residual stream's axis back in Marian's
-    halves layout, the LM head's bias as `final_logits_bias`. Our tied copies are left out (Marian ties its own)."""
-    inverse = torch.argsort(halves_to_interleaved(d_model))
-    ours_to_marian = {
-        stack: {ours: (theirs, role) for theirs, (ours, role) in layer.items()}
-        for stack, layer in (("encoder", ENCODER_LAYER), ("decoder", DECODER_LAYER))
-    }
-    converted = {}
-    for key, tensor in state_dict.items():
-        if key in TIED_KEYS:
-            continue
-        if key == "model.shared.weight":
-            converted[key] = tensor[:, inverse]
-        elif key == "lm_head.bias":
-            converted["final_logits_bias"] = tensor.reshape(1, -1)
-        else:
-            weight = layer_weight(key, "model.", ours_to_marian["encoder"], ours_to_marian["decoder"])
-            if weight is None:
-                raise ConversionError(f"{key} has no MarianMTModel counterpart")
-            stack, index, (name, role), kind = weight
-            if role == READS:
-                tensor = tensor[:, inverse] if kind == "weight" else tensor
-            else:
-                tensor = tensor[inverse]
-            converted[f"model.{stack}.layers.{index}.{name}.{kind}"] = tensor
-    return converted
-
-
 def to_marian(model: VaswaniForConditionalGeneration) -> MarianMTModel:
     """A MarianMTModel holding `model`'s weights and computing what it computes, exactly when its LayerNorm epsilon
     is Marian's 1e-5 (the paper's configuration has 1e-6, the only difference left then). Where ours has no
     attention or logits biases, Marian's are zero; its position tables are its own, the same sinusoids in halves."""
     marian = MarianMTModel(marian_config_of(model.config))
     theirs = marian.state_dict()
-    weights = to_marian_state_dict(
+    weights = marian_state_dict(
         {key: tensor.detach() for key, tensor in model.state_dict().items()}, model.config.d_model
     )
     for key in TIED_KEYS:
