@@ -16,7 +16,7 @@ Anything else (separate vocabularies, untied or unscaled embeddings, pre-LN, a L
 position table that is not the sinusoids, unknown weights) is refused with the setting named, not guessed.
 
 The load -> check -> convert -> save path, the layers' map of names and the departures shared with fairseq.py are
-convert.py's; the other way (our model as a MarianMTModel, for the benchmarks) is benchmarks/speed/to_marian.py.
+convert.py's; the other way (our model as a stock MarianMTModel folder) is marian_export.py.
 """
 
 from pathlib import Path
