@@ -20,6 +20,7 @@ from modeling_vaswani.toolkit.serving.gate import Refused  # noqa: E402
 from modeling_vaswani.toolkit.serving.service import Sentence, TranslateOptions, TranslationService  # noqa: E402
 from modeling_vaswani.toolkit.serving.worker import BatchKey  # noqa: E402
 from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.request import TranslationRequest  # noqa: E402
 from modeling_vaswani.toolkit.translation.scoring import score  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate  # noqa: E402
 
@@ -131,3 +132,26 @@ def test_the_work_of_a_client_gone_is_dropped(service):
     refused = refusal(service.translate(TranslateRequest(text=SENTENCES), gone=gone))
     assert (refused.status, refused.field_name) == (499, "client")
     assert dropped() == 1
+
+
+def test_each_request_is_checked_once_however_its_batch_is_merged(service, monkeypatch):
+    """The service checks a request once, on the event loop (`check_request`); the worker runs the merged batch as a
+    checked request. On 2c3ba1d each request was checked again, in the library, on its batch."""
+    calls, check = [], TranslationRequest.check
+
+    def counted(self, *args, **kwargs):
+        calls.append(type(self).__name__)
+        return check(self, *args, **kwargs)
+
+    monkeypatch.setattr(TranslationRequest, "check", counted)
+
+    async def together(*requests):
+        return await asyncio.gather(*(service.translate(request) for request in requests))
+
+    requests = [TranslateRequest(text=text, alignments=True) for text in SENTENCES[:2]]
+    requests += [TranslateRequest(text=SENTENCES[2], nbest=2, num_beams=2)]
+    before = service.worker.batches
+    answers = asyncio.run(together(*requests))
+    assert [answer["translations"] for answer in answers[:2]] == REFERENCES[:2]
+    assert service.worker.batches == before + 2  # the two aligned requests shared one
+    assert calls == ["TranslationRequest"] * 3

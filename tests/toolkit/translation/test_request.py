@@ -88,14 +88,37 @@ REFUSALS = [
     ({"nbest": 2, "num_beams": 1}, CTranslate2, "nbest", "nbest=2 with num_beams=1", "--nbest 2 with --num_beams 1"),
     ({"nbest": 0}, PyTorch, "nbest", "nbest=0; expected an int of at least 1", "nbest=0; expected an int"),
     ({"format": "pdf"}, PyTorch, "format", "unknown markup format 'pdf' for format", "unknown markup format 'pdf'"),
+    (
+        {"language": "de", "split_sentences": False}, PyTorch, "language",
+        "language='de' chooses how texts are split into sentences; expected language=None or split_sentences=True",
+        "--source_lang de chooses how texts are split into sentences; drop --source_lang or --no_split_sentences",
+    ),
+    (
+        {"language": "english"}, PyTorch, "language", "language='english' is not a language code",
+        "--source_lang='english' is not a language code",
+    ),
+    (
+        {"alignments": True, "kernel": "flex_attention"}, PyTorch, "alignments",
+        "alignments=True need(s) the attention weights, which the model's 'flex_attention' attention does not "
+        "return; expected a model loaded with one of ['eager', 'sdpa'] (from_pretrained(attn_implementation='sdpa')), "
+        "or expected alignments=False",
+        "--alignments need(s) the attention weights, which the model's 'flex_attention' attention does not return",
+    ),
+    (
+        {"format": "html", "kernel": "flash_attention_2"}, PyTorch, "format",
+        "format='html' need(s) the attention weights, which the model's 'flash_attention_2' attention does not",
+        "--format html need(s) the attention weights",
+    ),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("options", "engine", "field", "library", "command"), REFUSALS)
 def test_each_refusal_names_its_field_in_the_front_ends_spelling(options, engine, field, library, command):
+    options = dict(options)
+    kernel = options.pop("kernel", None)  # the loaded model's attention kernel, which `check_for` reads
     for spelling, message in ((Spelling(), library), (FLAGS, command)):
         with pytest.raises(ValueError) as refused:
-            TranslationRequest(**options).check(engine, model="m", spelling=spelling)
+            TranslationRequest(**options).check(engine, model="m", spelling=spelling, kernel=kernel)
         assert refused.value.field == field
         assert message in str(refused.value)
 
@@ -138,7 +161,11 @@ ONE_HOME = {
     "an n-best list holds the search's": "translation/request.py",
     "has no lexical constraints": "translation/engines.py",
     "does not give them": "translation/engines.py",
+    "chooses how texts are split into sentences": "translation/request.py",
+    "attention does not return": "translation/request.py",
 }
+# Refusals routed into the request's check or answered instead: their old words are nowhere in the package.
+GONE = ["chooses how lines are split", "with num_return_sequences > 1; expected 1", "need a PyTorch model"]
 
 
 def test_each_refusal_is_written_once_in_the_package():
@@ -149,6 +176,8 @@ def test_each_refusal_is_written_once_in_the_package():
     for words, home in ONE_HOME.items():
         holders = {name: text.count(words) for name, text in sources.items() if words in text}
         assert holders == {f"toolkit/{home}": 1}, (words, holders)
+    for words in GONE:
+        assert not [name for name, text in sources.items() if words in text], words
 
 
 OPTIONS = {
@@ -168,12 +197,16 @@ OPTIONS = {
 }
 
 
-@given(options=st.fixed_dictionaries({}, optional=OPTIONS), engine=st.sampled_from(list(ENGINES.values())))
+@given(
+    options=st.fixed_dictionaries({}, optional=OPTIONS),
+    engine=st.sampled_from(list(ENGINES.values())),
+    kernel=st.sampled_from([None, "sdpa", "eager", "flex_attention"]),
+)
 @settings(max_examples=600)
-def test_every_combination_is_checked_or_refused_naming_a_field(options, engine):
+def test_every_combination_is_checked_or_refused_naming_a_field(options, engine, kernel):
     for spelling in (Spelling(), FLAGS):
         try:
-            TranslationRequest(**options).check(engine, beams=4, spelling=spelling)
+            TranslationRequest(**options).check(engine, beams=4, spelling=spelling, kernel=kernel)
         except ValueError as refused:
             assert refused.field in FIELDS
             # As the argument (a type rule: a command's parser types its flags before), else the flag, as given.
@@ -304,3 +337,19 @@ def test_the_beam_rule_asks_the_models_beam_only_for_an_nbest_list_that_names_no
     assert TranslationRequest(nbest=3, num_beams=5).beams_to_hold(model_beams) is None
     assert TranslationRequest().beams_to_hold(model_beams) is None
     assert asked == [True]
+
+
+@pytest.mark.slow  # two constrained beam searches of 12 tokens: about 4 s on 2 busy cores
+def test_the_pipeline_answers_terminology_with_several_candidates_as_translate_nbest_does(loaded):
+    """Refused before (num_return_sequences > 1 with terms); now each candidate meets them, the library's n-best
+    list the reference."""
+    model, tokenizer = loaded
+    translator = pipeline("vaswani-translation", model=model, tokenizer=tokenizer, max_new_tokens=12)
+    got = translator("A man rides a bike.", constraints=["Fahrrad"], num_return_sequences=2)
+    expected = translate_nbest(
+        model, tokenizer, ["A man rides a bike."], 2, constraints=[["Fahrrad"]], max_new_tokens=12, progress=False
+    )
+    assert [answer["translation_text"] for answer in got] == [hypothesis.text for hypothesis in expected[0]]
+    assert all("Fahrrad" in answer["translation_text"] for answer in got)
+    with pytest.raises(ValueError, match="text 1 holds 2 sentences"):
+        translator(["A man. A dog."], glossary={"man": "Mann"}, num_return_sequences=2)
