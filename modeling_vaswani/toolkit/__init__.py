@@ -12,7 +12,8 @@ model (the payload above it), and none of it travels with a checkpoint. Its room
 - `serving`: vaswani-serve, the HTTP API over a translation service;
 - `training`: the Trainer with Section 5's recipe, presets, checkpoint averaging, the time budget's plan, the train
   and ablate jobs;
-- `interop`: Marian and fairseq checkpoints in, CTranslate2 out;
+- `interop`: Marian and fairseq checkpoints in; CTranslate2, stock MarianMT and ONNX out;
+- `web`: the static page that translates in the visitor's browser from an ONNX export (transformers.js);
 - `hub`: the model card and the push;
 - `cli`: the `vaswani-*` commands, thin front ends that nothing imports.
 
