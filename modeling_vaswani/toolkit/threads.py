@@ -1,7 +1,8 @@
 """How many threads torch runs a command's work on: the user's choice where they made one (--threads N, or
 OMP_NUM_THREADS in the environment, which torch reads at start), else whichever of torch's default (one a core) and
-one thread does a short sample of the command's own work faster. Training (training/budget.py), vaswani-translate,
--evaluate, -score and -serve all choose by `choose_threads`.
+one thread does a short sample of the command's own work faster: training (training/budget.py) by `choose_threads` on
+its probe's steps, vaswani-translate, -evaluate, -score and -serve by `command_threads` on a sample whose slower count
+is cut short.
 
 Why measure rather than keep torch's default: on a machine another job keeps busy, OpenMP threads that spin at every
 barrier waiting for a thread without a core make the work several times slower, and no setting of torch's tells when.
