@@ -46,15 +46,19 @@ def replan(plan: Plan, progress: Progress, evaluations: int, average: int) -> Pl
     (the run ends at this step); a checkpoint every min(the run's spacing, 30% of the run / `average`) steps, as
     fit_schedule spaces them, where all the `average` checkpoints averaged at the end are still ahead, else the
     spacing the averaged ones began with; `evaluations` evaluations spread over the run, the last at its end. The
-    warmup is kept."""
+    warmup is kept. Where the run as set fits, it is the plan, with its own spacing (the user's --save_steps and
+    --eval_steps, as fit_schedule keeps them)."""
     left = progress.evaluations_left  # none left costs nothing, even where none was timed (infinite seconds)
     training = progress.seconds_left - (left * progress.evaluation_seconds if left else 0.0)
     more = max(0, int(MARGIN * training / progress.seconds_per_step))
     end = min(plan.reference["max_steps"], progress.step + more)
-    save = max(1, min(plan.reference["save_steps"], int(0.3 * end / average)))
+    if end == plan.reference["max_steps"]:  # the budget does not bind: the run as it was set, as fit_schedule
+        save, eval_steps = plan.reference["save_steps"], plan.reference["eval_steps"]
+    else:
+        save = max(1, min(plan.reference["save_steps"], int(0.3 * end / average)))
+        eval_steps = None if plan.eval_steps is None else max(1, math.ceil(end / evaluations))
     if end - (average - 1) * save <= progress.step:  # the averaged checkpoints have begun: their spacing is kept
         save = plan.save_steps
-    eval_steps = None if plan.eval_steps is None else max(1, math.ceil(end / evaluations))
     return dataclasses.replace(
         plan,
         seconds_per_step=progress.seconds_per_step,

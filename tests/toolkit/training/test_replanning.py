@@ -65,10 +65,20 @@ def test_no_time_left_ends_the_run_at_this_step():
 
 
 def test_a_plan_grows_at_most_to_the_run_as_set():
-    # 10,000 s at 0.1 s a step would hold 91,080 more steps: the run as set, 4,000, with its own spacing (150, under
-    # int(0.3 x 4000 / 5) = 240) and evaluations every 4000 / 5 = 800.
+    # 10,000 s at 0.1 s a step would hold 91,080 more steps: the run as set, 4,000, with its own checkpoints and
+    # evaluations (150 and 500, as fit_schedule keeps them: a user's --save_steps and --eval_steps), not the budget's
+    # rules (int(0.3 x 4000 / 5) = 240 would also give 150; evaluations every 4000 / 5 = 800 would not).
     planned = replan(FIRST, Progress(126, 10_000.0, 0.1, 20.0, 5), evaluations=5, average=5)
-    assert (planned.max_steps, planned.save_steps, planned.eval_steps) == (4000, 150, 800)
+    assert (planned.max_steps, planned.save_steps, planned.eval_steps) == (4000, 150, 500)
+
+
+def test_a_run_as_set_that_fits_keeps_the_users_checkpoint_steps():
+    # The command tests' main job: --max_steps 30 --save_steps 10 --eval_steps 15, averaging 2, on a fast machine:
+    # the run as set fits, so its checkpoints stay at 10, 20, 30 (int(0.3 x 30 / 2) = 4 would have moved them).
+    as_set = {"max_steps": 30, "warmup_steps": 10, "save_steps": 10, "eval_steps": 15}
+    first = Plan(0.6, 1.0, 5.0, 30, 10, 10, 15, 1, reference=as_set)
+    planned = replan(first, Progress(1, 1000.0, 0.5, 1.0, 2), evaluations=2, average=2)
+    assert (planned.max_steps, planned.save_steps, planned.eval_steps) == (30, 10, 15)
 
 
 def test_no_evaluation_costs_nothing_even_where_none_was_timed():
