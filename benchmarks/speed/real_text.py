@@ -9,7 +9,9 @@ Engines, all on the same trained weights:
 - `marian`: transformers' MarianMTModel holding our weights (speed/to_marian.py), its stock generate();
 - `ct2-float32`, `ct2-int8`: our CTranslate2 export (vaswani-export-ctranslate2) run by the ctranslate2 engine,
   under the paper's decoding as far as CTranslate2 expresses it (serving.ctranslate2.CTranslate2Model);
-- `ct2-float32-stock`: the float32 export with CTranslate2's own beam search and ranking, as its users call it.
+- `ct2-float32-stock`: the float32 export with CTranslate2's own beam search and ranking, as its users call it;
+- `ort-float32`, `ort-int8`: our ONNX export (vaswani-export-onnx, with --quantize int8) run by the onnxruntime
+  engine, the payload's own Section 6.1 search over onnxruntime's decoder steps (translation.onnxruntime).
 
 Each engine, decoding (beam 4 or greedy), batching (sentences a batch, or a budget of padded source tokens) and test
 set runs in a process of its own (the command started again with `--worker`): the model is loaded and one small
@@ -43,7 +45,9 @@ from .runner import run_worker
 DATA = Path(__file__).resolve().parent.parent / "data"
 TEST_SETS = ("test2016", "newstest2013")
 ENGINES = ("pytorch-paper", "pytorch-stock", "marian", "ct2-float32", "ct2-float32-stock", "ct2-int8")
+ENGINES += ("ort-float32", "ort-int8")
 CTRANSLATE2_ENGINES = {"ct2-float32": "float32", "ct2-float32-stock": "float32", "ct2-int8": "int8"}
+ONNX_ENGINES = {"ort-float32": False, "ort-int8": True}  # whether it runs the int8 variant
 DECODINGS = {"beam": 4, "greedy": 1}  # Section 6.1's beam size
 BATCHES = ("sentences:1", "sentences:8", "sentences:32", "tokens:2000")
 LAYOUTS = ("lines", "paragraphs")
@@ -98,7 +102,7 @@ def train_model(folder: Path, minutes: float, extra_args: list[str] = ()) -> Pat
 
 
 def prepare_engines(model_dir: Path, folder: Path, engines) -> dict[str, str]:
-    """The folder each engine loads: the checkpoint itself, its Marian copy, its CTranslate2 exports."""
+    """The folder each engine loads: the checkpoint itself, its Marian copy, its CTranslate2 and ONNX exports."""
     folders = {engine: str(model_dir) for engine in engines if engine.startswith("pytorch")}
     if "marian" in engines:
         from modeling_vaswani.toolkit.checkpoints import load_model_and_tokenizer
@@ -116,6 +120,12 @@ def prepare_engines(model_dir: Path, folder: Path, engines) -> dict[str, str]:
 
                 exports[quantization] = str(export_ctranslate2(str(model_dir), folder / f"ct2-{quantization}"))
             folders[engine] = exports[quantization]
+    if onnx := [engine for engine in engines if engine in ONNX_ENGINES]:
+        from modeling_vaswani.toolkit.interop.onnx import export_onnx
+
+        quantize = "int8" if "ort-int8" in onnx else None
+        exported = str(export_onnx(str(model_dir), folder / "onnx", quantize=quantize))
+        folders.update(dict.fromkeys(onnx, exported))
     return folders
 
 
@@ -151,6 +161,11 @@ def load_engine(engine: str, folder: str, model_dir: str, threads: int):
         from modeling_vaswani.toolkit.translation.ctranslate2 import CTranslate2Model
 
         return CTranslate2Model(folder, intra_threads=threads), AutoTokenizer.from_pretrained(folder)
+    if engine in ONNX_ENGINES:
+        from modeling_vaswani.toolkit.translation.onnxruntime import OnnxRuntimeModel
+
+        engine = OnnxRuntimeModel(folder, quantized=ONNX_ENGINES[engine], threads=threads)
+        return engine, AutoTokenizer.from_pretrained(folder)
     if engine == "marian":
         return stock_generate(MarianMTModel.from_pretrained(folder)), AutoTokenizer.from_pretrained(model_dir)
     return load_translator(folder, engine="pytorch")
@@ -160,6 +175,7 @@ def generate_settings(engine: str, beams: int, sources_tokens: int, length_penal
     """What each engine's generate() is given. Without the paper's decoding there is one length limit a call: the
     longest source of the set + 50 (Section 6.1's margin), so that no engine stops a translation short."""
     paper = engine in ("pytorch-paper", "ct2-float32", "ct2-int8") and not (engine.startswith("ct2") and beams == 1)
+    paper = paper or engine in ONNX_ENGINES  # the payload's search, greedy too
     settings = {"paper_decoding": paper, "num_beams": beams}
     if not paper:
         from modeling_vaswani.search_vaswani import max_output_length  # Section 6.1's rule, its one home
