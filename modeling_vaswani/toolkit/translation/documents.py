@@ -10,8 +10,10 @@ from ..data.markup import Document, write_documents
 from ..data.sentences import preview
 from .alignment import line_alignments, request_alignments
 from .arguments import markup_format
-from .request import CheckedRequest
+from .request import CheckedRequest, Spelling
 from .translate import InputError, checked_request, decode_request, split_input
+
+MARKUP = Spelling(names={"first_line": "first"})  # translate_markup's names of the request's fields
 
 
 def translate_markup(
@@ -41,8 +43,9 @@ def translate_markup(
     An InputError names the text at fault (numbered from `first`) and its sentence, and its `sentence` is that text's
     place in `texts`, from 1."""
     request, generate_kwargs = checked_request(
-        model, texts, generate_kwargs, format=format, language=language, batch_size=batch_size, max_tokens=max_tokens,
-        max_input_tokens=max_input_tokens, paper_decoding=paper_decoding, progress=progress, first_line=first,
+        model, texts, generate_kwargs, MARKUP, format=format, language=language, batch_size=batch_size,
+        max_tokens=max_tokens, max_input_tokens=max_input_tokens, paper_decoding=paper_decoding, progress=progress,
+        first_line=first,
     )  # fmt: skip
     if request.format == "text":  # a request's plain text, which is no markup format
         markup_format("format", request.format)

@@ -19,7 +19,7 @@ from ..checkpoints import recorded_source_language
 from ..data.sentences import Layout, check_language, split_lines, tokenizer_language
 from .arguments import check_arguments
 from .errors import InputError
-from .request import LIMITS, CheckedRequest, TranslationRequest, checked
+from .request import ARGUMENTS, LIMITS, CheckedRequest, Spelling, TranslationRequest, checked
 from .terminology import NO_PHRASES, Glossary, SentencePhrases, check_room, phrase_ids, sentence_terms
 
 
@@ -242,14 +242,18 @@ def checked_phrase_ids(tokenizer, phrases: SentencePhrases, prefixes, room: Call
     return ids
 
 
-def checked_request(model, texts, generate_kwargs: dict, **options) -> tuple[CheckedRequest, dict]:
+def checked_request(
+    model, texts, generate_kwargs: dict, spelling: Spelling = ARGUMENTS, **options
+) -> tuple[CheckedRequest, dict]:
     """The request of a call of `translate`, `translate_sentences` or `translate_nbest` (`options`: their arguments,
     with generate()'s beam count and length limit taken from `generate_kwargs` and its ensemble counted), checked once
-    for `model` (`TranslationRequest.check_for`) before any work; and generate()'s other arguments."""
+    for `model` (`TranslationRequest.check_for`; `spelling`: how the function names the fields) before any work; and
+    generate()'s other arguments."""
     others = {name: value for name, value in generate_kwargs.items() if name not in LIMITS}
     limits = {name: generate_kwargs.get(name) for name in LIMITS}
     models = 1 + len(others.get("ensemble") or ())
-    return TranslationRequest(texts=texts, **limits, models=models, **options).check_for(model), others
+    request = TranslationRequest(texts=texts, **limits, models=models, **options)
+    return request.check_for(model, spelling=spelling), others
 
 
 def request_sentences(tokenizer, request: CheckedRequest, one_a_line: bool = False):
