@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers.onnx_exports import tiny_onnx_export
+from helpers.onnx_export import tiny_onnx_export
 from helpers.training_setup import TINY_PAIRS, trained_tiny_checkpoint
 from huggingface_hub import snapshot_download
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, MarianMTModel
@@ -33,6 +33,8 @@ ONNX_REPOSITORY = {
     "vaswani_onnx.json",
     "onnx/encoder_model.onnx",
     "onnx/decoder_model_merged.onnx",
+    "onnx/encoder_model_quantized.onnx",  # the int8 variant (--quantize int8), transformers.js's "q8"
+    "onnx/decoder_model_merged_quantized.onnx",
 }
 
 

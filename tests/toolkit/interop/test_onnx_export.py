@@ -1,7 +1,7 @@
 """The ONNX export (toolkit/interop/onnx.py) against the PyTorch model, run by onnxruntime by hand here (not by the
 engine under test, translation/onnxruntime.py), and the one opener's refusals of a damaged export.
 
-The export is built once per process (helpers/onnx_export.py): the tiny checkpoint with its Multi30k BPE tokenizer.
+The export is built once per process (helpers/onnx_export.py): the trained tiny checkpoint, with its int8 variant.
 """
 
 import json

@@ -2,7 +2,7 @@
 search (the payload's) over onnxruntime's steps gives PyTorch's translations and scores; the commands run an ONNX
 export as they run a checkpoint, and refuse what the engine cannot do by name.
 
-The export is built once per process (helpers/onnx_export.py): the tiny checkpoint with its Multi30k BPE tokenizer.
+The export is built once per process (helpers/onnx_export.py): the trained tiny checkpoint, with its int8 variant.
 Untrained, its translations run long (to source + 50 tokens), which the limit and the batch's shrinking must follow.
 """
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from greedy_reference import GreedyOnnx
-from helpers.onnx_exports import tiny_onnx_export
+from helpers.onnx_export import tiny_onnx_export
 
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 
