@@ -4,6 +4,7 @@ import pytest
 import torch
 from helpers import wheel
 from helpers.hub_server import HubServer
+from helpers.once import once_per_run
 from hypothesis import HealthCheck, settings
 
 # Property tests (hypothesis): 200 examples each, no per-example deadline (a shared 2-core host stalls at random), the
@@ -41,12 +42,11 @@ def one_thread():
 @pytest.fixture(scope="session")
 def installed(tmp_path_factory):
     """The wheel built from the checkout and installed into a new virtual environment outside it (helpers/wheel.py)."""
-    return wheel.install(tmp_path_factory.mktemp("wheel"))
+    return once_per_run(tmp_path_factory, "wheel", wheel.install)
 
 
 @pytest.fixture(scope="session")
 def main_job(installed, tmp_path_factory):
     """The main job run once a session by the installed vaswani-train from an empty folder, for the wheel test and
     the command tests: the folder (its output in runs/small) and the finished process (stdout, stderr)."""
-    work = tmp_path_factory.mktemp("main-job")
-    return work, wheel.main_job(installed, work)
+    return once_per_run(tmp_path_factory, "main-job", lambda work: (work, wheel.main_job(installed, work)))
