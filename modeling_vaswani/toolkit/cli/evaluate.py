@@ -77,7 +77,7 @@ def main(argv=None):
         split_sentences=False,  # a test set is sentence-aligned with its references: each line one sentence
     )  # fmt: skip
     try:
-        with chosen_threads("vaswani-evaluate", decoding_sample(model), arguments.threads, "translating"):
+        with chosen_threads("vaswani-evaluate", decoding_sample(model), arguments.threads, "decoding"):
             hypotheses = translate_request(model, tokenizer, request)
     except InputError as error:
         raise InputError(f"{source}, one sentence a line: {error}") from None

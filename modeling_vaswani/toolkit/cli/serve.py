@@ -151,7 +151,7 @@ def main(argv=None):
     }
     # Chosen on the first model, before the app's threads start: a thread takes torch's count at its first work.
     sample = decoding_sample(next(iter(models.values()))[0])
-    with chosen_threads("vaswani-serve", sample, arguments.threads, "translating"):
+    with chosen_threads("vaswani-serve", sample, arguments.threads, "decoding"):
         app = create_app(
             models, limits, keys=keys, rate_limit=arguments.rate_limit, languages=languages,
             auth_failure_limit=arguments.auth_failure_limit,

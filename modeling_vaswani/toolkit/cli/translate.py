@@ -233,7 +233,7 @@ def main(argv=None):
         return outputs
 
     sample = decoding_sample(model, arguments.num_beams)
-    with chosen_threads("vaswani-translate", sample, arguments.threads, "translating"):
+    with chosen_threads("vaswani-translate", sample, arguments.threads, "decoding"):
         if streaming:
             stream(render, split)
             return
