@@ -28,7 +28,7 @@ from ...search_vaswani import gnmt_length_penalty, max_output_length
 from ..checkpoints import EXPORT_FILE as EXPORT_FILE  # the export's own file, named here for the export too
 from ..checkpoints import CheckpointError, Export, validate_export
 from .engines import CTranslate2
-from .request import TranslationRequest
+from .request import check_nbest
 
 # CTranslate2's beam search ends once beam_size * patience hypotheses have finished, where Section 6.1's goes on while
 # a live beam could still win. Under the paper's decoding it collects twice the beam and all of them are re-ranked:
@@ -126,12 +126,29 @@ class CTranslate2Model:
         target_prefix: list[list[int]] | None = None,
     ) -> list[list[int]]:
         """The output token ids of each row, `</s>` included where it was generated: the best of `generate_nbest`."""
-        rows = self.generate_nbest(
+        rows = self.generate_checked_nbest(
             input_ids, attention_mask, 1, paper_decoding, num_beams, max_new_tokens, target_prefix
         )  # fmt: skip
         return [hypotheses[0][0] for hypotheses in rows]
 
     def generate_nbest(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        nbest: int = 1,
+        paper_decoding: bool = True,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        target_prefix: list[list[int]] | None = None,
+    ) -> list[list[tuple[list[int], float]]]:
+        """`generate_checked_nbest`, `nbest` checked first as a request's is (`request.check_nbest`): refused where it
+        is past the beam (`num_beams`, else the folder's) or the search is not a beam search."""
+        check_nbest(CTranslate2, nbest, num_beams or self.num_beams)
+        return self.generate_checked_nbest(
+            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
+        )  # fmt: skip
+
+    def generate_checked_nbest(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,
@@ -153,6 +170,8 @@ class CTranslate2Model:
         Without `paper_decoding`: CTranslate2's own ranking, log P(Y|X) / |Y|^alpha, and `max_new_tokens` or the
         folder's max_length, as generate() takes them. Decoding also stops at the end of the position table (as
         generate() does for learned positions). `target_prefix`: each row's first tokens (generate()'s).
+        `nbest` is not checked against the beam here: a translating entry's request was checked once by its front end
+        (`request.TranslationRequest.check`), a direct call by `generate_nbest`, and `generate` asks for one.
         """
         if attention_mask is None:
             attention_mask = input_ids.ne(self.pad_token_id)
@@ -169,8 +188,6 @@ class CTranslate2Model:
             limit = stock_output_length(max_new_tokens, self.max_length)
         limit = min(limit, self.position_rows)  # CTranslate2 fails past the table
         beams = num_beams or self.num_beams
-        if nbest > 1:  # one hypothesis is a translation, whatever the search
-            TranslationRequest(nbest=nbest, num_beams=beams).check(CTranslate2)
         patience = PAPER_PATIENCE if paper_decoding else 1
         if target_prefix is not None:
             target_prefix = check_target_prefix(target_prefix, len(self.vocabulary), [limit] * len(sources))

@@ -30,7 +30,7 @@ from ...guidance_vaswani import TargetPrefix, check_target_prefix
 from ...search_vaswani import MaxLengthPerSentence, TopK, beam_search, max_output_length
 from ..checkpoints import CheckpointError, OnnxExport, validate_onnx
 from .engines import OnnxRuntime
-from .request import TranslationRequest
+from .request import check_nbest
 
 KINDS = [(part, kind) for part in ("decoder", "encoder") for kind in ("key", "value")]
 
@@ -115,10 +115,10 @@ class OnnxConfig:
 
 class OnnxRuntimeModel:
     """An ONNX export behind the part of a model's interface that `translation.translate.translate` uses: `generate`
-    and `generate_nbest` on a padded batch of token ids, with Section 6.1's decoding (the payload's search, see the
-    module's doc). The folder's files are checked first (`checkpoints.validate_onnx`, unless an `export` it gave is
-    passed); `quantized` runs the int8 variant (onnx/*_quantized.onnx). `threads`: onnxruntime's intra-op threads
-    (None: its default, one a core)."""
+    and `generate_nbest` (`generate_checked_nbest` for a request checked already) on a padded batch of token ids, with
+    Section 6.1's decoding (the payload's search, see the module's doc). The folder's files are checked first
+    (`checkpoints.validate_onnx`, unless an `export` it gave is passed); `quantized` runs the int8 variant
+    (onnx/*_quantized.onnx). `threads`: onnxruntime's intra-op threads (None: its default, one a core)."""
 
     device = torch.device("cpu")
     engine = "onnxruntime"  # engines.OnnxRuntime holds it
@@ -166,12 +166,29 @@ class OnnxRuntimeModel:
         max_new_tokens: int | None = None,
         target_prefix: list[list[int]] | None = None,
     ) -> list[list[tuple[list[int], float]]]:
+        """`generate_checked_nbest`, `nbest` checked first as a request's is (`request.check_nbest`): refused where it
+        is past the beam (`num_beams`, else the export's) or the search is not a beam search."""
+        check_nbest(OnnxRuntime, nbest, num_beams or self.num_beams)
+        return self.generate_checked_nbest(
+            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
+        )  # fmt: skip
+
+    def generate_checked_nbest(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        nbest: int = 1,
+        paper_decoding: bool = True,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        target_prefix: list[list[int]] | None = None,
+    ) -> list[list[tuple[list[int], float]]]:
         """Each row's `nbest` best hypotheses, best first: their output token ids (`</s>` included where generated)
-        and the score the search ranked them by, log P(Y|X) / lp(Y) with GNMT's lp."""
-        beams = num_beams or self.num_beams
-        TranslationRequest(nbest=nbest, num_beams=beams).check(OnnxRuntime)
+        and the score the search ranked them by, log P(Y|X) / lp(Y) with GNMT's lp. `nbest` is not checked against
+        the beam here: a translating entry's request was checked once by its front end
+        (`request.TranslationRequest.check`), a direct call by `generate_nbest`."""
         sequences, scores = self.search(
-            input_ids, attention_mask, nbest, paper_decoding, beams, max_new_tokens, target_prefix
+            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
         )  # fmt: skip
         rows = []
         for number in range(input_ids.shape[0]):

@@ -148,6 +148,13 @@ def attention_kernel(loaded) -> str | None:
     return getattr(getattr(loaded, "config", None), "_attn_implementation", None)
 
 
+def check_nbest(engine: type[Engine], nbest: int, num_beams: int) -> CheckedRequest:
+    """An engine's n-best list asked directly (its model's `generate_nbest`), checked as any request is: refused
+    (`RequestError`) where `nbest` is past `num_beams` or the search is not a beam search. The engines' one check of
+    it; the translating entries, whose request its front end checked once already, call `generate_checked_nbest`."""
+    return TranslationRequest(nbest=nbest, num_beams=num_beams).check(engine)
+
+
 def checked(request: TranslationRequest) -> CheckedRequest:
     """`request`, which must be a `CheckedRequest`: an entry that skips the check refuses (TypeError) one that never
     had it, loudly, rather than run it unchecked."""

@@ -301,8 +301,9 @@ def decode_nbest(model, tokenizer, request: CheckedRequest, **generate_kwargs) -
     results = [None] * len(sentences)
     batches = request_batches(model, tokenizer, request, layout, sentences, prefixes, generate_kwargs)
     for indices, batch, kwargs in batches:
-        if hasattr(model, "generate_nbest"):  # an exported model: CTranslate2 searches
-            rows = model.generate_nbest(**batch, nbest=request.nbest, paper_decoding=request.paper_decoding, **kwargs)
+        if hasattr(model, "generate_checked_nbest"):  # an exported model: its engine searches, not checking again
+            nbest, paper = request.nbest, request.paper_decoding
+            rows = model.generate_checked_nbest(**batch, nbest=nbest, paper_decoding=paper, **kwargs)
         else:
             rows = pytorch_nbest(model, batch, request.nbest, request.paper_decoding, kwargs)
         for index, hypotheses in zip(indices, rows, strict=True):

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 import torch
+from helpers.request_checks import counted_checks
 from helpers.tiny_models import EOS, padded_batch, tiny_model
 from helpers.training_setup import command, run_command, tiny_checkpoint
 
@@ -21,8 +22,9 @@ from modeling_vaswani.toolkit.cli import evaluate, export_ctranslate2, translate
 from modeling_vaswani.toolkit.interop.ctranslate2 import ExportError, VaswaniConverter, write_export  # noqa: E402
 from modeling_vaswani.toolkit.translation.ctranslate2 import EXPORT_FILE, CTranslate2Model  # noqa: E402
 from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
+from modeling_vaswani.toolkit.translation.errors import RequestError  # noqa: E402
 from modeling_vaswani.toolkit.translation.scoring import score  # noqa: E402
-from modeling_vaswani.toolkit.translation.translate import input_token_limit, pytorch_nbest  # noqa: E402
+from modeling_vaswani.toolkit.translation.translate import input_token_limit, pytorch_nbest, translate_nbest  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 
 
@@ -313,6 +315,26 @@ def test_ctranslate2_scores_translations_as_pytorch_does(checkpoint, export_fold
     for mine, its in zip(ours, theirs, strict=True):
         assert its.tokens == mine.tokens and its.tokens[-1] == "</s>"
         assert its.log_probs == pytest.approx(mine.log_probs, abs=1e-4)
+
+
+def test_an_nbest_list_is_checked_once_and_a_direct_call_past_the_beam_is_refused(export_folder, monkeypatch):
+    """translate_nbest's request is checked once, by its front end, and the engine runs it as checked (on 491cfca
+    generate_nbest checked it a second time); a direct generate_nbest call, which no front end checked, is checked
+    once by the request's own rule and refused past the beam, naming nbest and the beam."""
+    engine, tokenizer = load_translator(str(export_folder))
+    checks = counted_checks(monkeypatch)
+    lists = translate_nbest(engine, tokenizer, SENTENCES[:2], 2, max_new_tokens=4, progress=False)
+    assert checks == ["TranslationRequest"]
+    batch = tokenizer(SENTENCES[:2], return_tensors="pt", padding=True)
+    direct = engine.generate_nbest(batch.input_ids, batch.attention_mask, 2, max_new_tokens=4)
+    assert checks == ["TranslationRequest"] * 2
+    texts = [[tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in row] for row in direct]
+    assert texts == [[hypothesis.text for hypothesis in row] for row in lists]
+    with pytest.raises(RequestError, match=r"^nbest=5 with num_beams=4; expected beam search") as refusal:
+        engine.generate_nbest(batch.input_ids, batch.attention_mask, 5)  # the folder's beam
+    assert refusal.value.field == "nbest" and engine.num_beams == 4
+    with pytest.raises(RequestError, match=r"^nbest=1 with num_beams=1; expected beam search"):
+        engine.generate_nbest(batch.input_ids, batch.attention_mask, 1, num_beams=1)  # no beam search: as requests
 
 
 @pytest.mark.parametrize("paper_decoding", [False, True], ids=["stock", "paper"])

@@ -8,6 +8,7 @@ Untrained, its translations run long (to source + 50 tokens), which the limit an
 
 import pytest
 from helpers.onnx_export import built_onnx_export
+from helpers.request_checks import counted_checks
 from helpers.training_setup import run_command
 
 pytest.importorskip("onnxruntime")
@@ -57,6 +58,26 @@ def test_nbest_lists_and_scores_are_pytorch_s(loaded, sentences):
     assert [[h.text for h in row] for row in theirs] == [[h.text for h in row] for row in ours]
     for row, expected in zip(theirs, ours, strict=True):
         assert [h.score for h in row] == pytest.approx([h.score for h in expected], abs=1e-4)
+
+
+def test_an_nbest_list_is_checked_once_and_a_direct_call_past_the_beam_is_refused(loaded, sentences, monkeypatch):
+    """translate_nbest's request is checked once, by its front end, and the engine runs it as checked (on 491cfca
+    generate_nbest checked it a second time); a direct generate_nbest call, which no front end checked, is checked
+    once by the request's own rule and refused past the beam, naming nbest and the beam."""
+    _, _, (_, tokenizer), (engine, _) = loaded
+    checks = counted_checks(monkeypatch)
+    lists = translate_nbest(engine, tokenizer, sentences[:2], 2, **SHORT)
+    assert checks == ["TranslationRequest"]
+    batch = tokenizer(sentences[:2], return_tensors="pt", padding=True)
+    direct = engine.generate_nbest(batch.input_ids, batch.attention_mask, 2, max_new_tokens=SHORT["max_new_tokens"])
+    assert checks == ["TranslationRequest"] * 2
+    texts = [[tokenizer.decode(ids, skip_special_tokens=True) for ids, _ in row] for row in direct]
+    assert texts == [[hypothesis.text for hypothesis in row] for row in lists]
+    with pytest.raises(RequestError, match=rf"^nbest=5 with num_beams={engine.num_beams}; expected beam search") as no:
+        engine.generate_nbest(batch.input_ids, batch.attention_mask, 5)  # the export's beam
+    assert no.value.field == "nbest" and engine.num_beams < 5
+    with pytest.raises(RequestError, match=r"^nbest=3 with num_beams=2; expected beam search"):
+        engine.generate_nbest(batch.input_ids, batch.attention_mask, 3, num_beams=2)
 
 
 def test_the_int8_variant_translates(loaded, sentences):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from helpers.request_checks import counted_checks
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import pipeline
@@ -268,16 +269,8 @@ def test_a_request_is_translated_by_the_function_its_options_choose(loaded):
 
 @pytest.fixture
 def checks(monkeypatch) -> list[str]:
-    """Each run of `TranslationRequest.check` (`check_for` runs it too), counted by wrapping it: the class of the
-    request it checked."""
-    calls, check = [], TranslationRequest.check
-
-    def counted(self, *args, **kwargs):
-        calls.append(type(self).__name__)
-        return check(self, *args, **kwargs)
-
-    monkeypatch.setattr(TranslationRequest, "check", counted)
-    return calls
+    """Each run of `TranslationRequest.check`: the class of the request it checked (helpers/request_checks.py)."""
+    return counted_checks(monkeypatch)
 
 
 @pytest.mark.slow  # a dozen short decodes and a command run in process: about 8 s on 2 busy cores
