@@ -2,7 +2,8 @@
 OMP_NUM_THREADS in the environment, which torch reads at start), else whichever of torch's default (one a core) and
 one thread does a short sample of the command's own work faster: training (training/budget.py) by `choose_threads` on
 its probe's steps, vaswani-translate, -evaluate, -score and -serve by `command_threads` on a sample whose slower count
-is cut short.
+is cut short. The commands measure just before their first batch, once every check of their input has passed
+(`at_work_start`, `start_work`), so that a refused input costs no measuring; vaswani-serve at startup.
 
 Why measure rather than keep torch's default: on a machine another job keeps busy, OpenMP threads that spin at every
 barrier waiting for a thread without a core make the work several times slower, and no setting of torch's tells when.
@@ -16,6 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +95,20 @@ def timed(work: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
+def unmeasured_threads(sample: Callable | None, requested: int | None = None, environ=None) -> Threads | None:
+    """The thread count `command_threads` gives without measuring anything (`requested`, the environment's, torch's
+    where it is one thread or `sample` is None), None where it would measure: a command puts that off until its work
+    starts (`at_work_start`)."""
+    if requested is not None:
+        return Threads(requested, "--threads")
+    fixed = user_threads(environ)
+    threads = torch.get_num_threads()
+    if fixed or sample is None or threads == 1:
+        reason = fixed or ("its engine's own threads" if sample is None else "torch's count")
+        return Threads(threads, reason)
+    return None
+
+
 def command_threads(sample: Callable | None, requested: int | None = None, environ=None) -> Threads:
     """The thread count a command runs its work on: `requested` (its --threads) where given, else the count the
     environment fixed (`user_threads`), else the faster on `sample` (a short piece of the command's own work). `sample`
@@ -102,13 +118,10 @@ def command_threads(sample: Callable | None, requested: int | None = None, envir
     torch's count with one thread's time as its limit (`sample(limit)` stops there, `Deadline`): on a busy machine,
     where torch's count is many times slower, measuring it costs no more than one thread's sample (under a load of 20
     on 2 cores, the sample took 1.2 s on one thread and 32 s on two measured whole, 2026-11-27)."""
-    if requested is not None:
-        return Threads(requested, "--threads")
-    fixed = user_threads(environ)
+    chosen = unmeasured_threads(sample, requested, environ)
+    if chosen is not None:
+        return chosen
     threads = torch.get_num_threads()
-    if fixed or sample is None or threads == 1:
-        reason = fixed or ("its engine's own threads" if sample is None else "torch's count")
-        return Threads(threads, reason)
     with torch_threads(1):
         sample()
         alone = timed(sample)
@@ -116,6 +129,35 @@ def command_threads(sample: Callable | None, requested: int | None = None, envir
     if together < alone:
         return Threads(threads, "measured", together, (1, alone))
     return Threads(1, "measured", alone, (threads, together))
+
+
+# The choice a command put off until its work starts (`at_work_start`), made by the first `start_work`. A context
+# variable, not a global: a thread started inside the block (a server's worker) starts with none, so nothing but the
+# command's own work makes it.
+_AT_WORK_START: ContextVar[Callable[[], object] | None] = ContextVar("vaswani_threads_at_work_start", default=None)
+
+
+@contextmanager
+def at_work_start(choose: Callable[[], object]) -> Iterator[None]:
+    """`choose()` (a command's measuring of its threads) made by the first `start_work()` inside the block, just
+    before its first batch of real work, and not at all where none comes: an input the request's checks refuse
+    (its lengths, its phrases, an empty file; checks that need the tokenizer, made after the model loads) is refused
+    without the user waiting for the measuring first."""
+    token = _AT_WORK_START.set(choose)
+    try:
+        yield
+    finally:
+        _AT_WORK_START.reset(token)
+
+
+def start_work() -> None:
+    """Called by the loops that translate (translation/translate.py's batches) and score (translation/scoring.py) once
+    every check of their input is passed, before their first batch: makes the choice an `at_work_start` block put
+    off, once; nothing outside such a block (a library caller's, a server's)."""
+    choose = _AT_WORK_START.get()
+    if choose is not None:
+        _AT_WORK_START.set(None)  # once: a command's later batches, or later calls, run on the count chosen
+        choose()
 
 
 class Deadline(StoppingCriteria):
@@ -174,4 +216,14 @@ def made_up_batch(model) -> torch.Tensor:
     return ids.to(model.device)
 
 
-__all__ = ["Threads", "choose_threads", "command_threads", "decoding_sample", "scoring_sample", "torch_threads"]
+__all__ = [
+    "Threads",
+    "at_work_start",
+    "choose_threads",
+    "command_threads",
+    "decoding_sample",
+    "scoring_sample",
+    "start_work",
+    "torch_threads",
+    "unmeasured_threads",
+]

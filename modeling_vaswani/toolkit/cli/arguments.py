@@ -9,10 +9,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
+import torch
+
 from ..checkpoints import is_ctranslate2_folder, local_folder, validate_checkpoint, validate_export
 from ..outputs import check_not_input, check_output_file, resolve_output
 from ..texts import iter_stream_lines, iter_text_lines
-from ..threads import Threads, command_threads, torch_threads
+from ..threads import Threads, at_work_start, command_threads, unmeasured_threads
 from ..translation.engines import ENGINES
 
 
@@ -141,16 +143,35 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def chosen_threads(
-    command: str, sample: Callable[[], object] | None, requested: int | None, work: str
-) -> Iterator[Threads]:
-    """The block runs on the thread count `threads.command_threads` chooses (`requested`: --threads; `sample`: a short
-    piece of the command's work), said on standard error where it was measured; torch's count is set back after it
-    (a command's main() may run inside a user's process)."""
-    threads = command_threads(sample, requested)
-    if threads.reason == "measured":
-        print(f"{command}: {threads.describe(work)}", file=sys.stderr)
-    with torch_threads(threads.count):
-        yield threads
+    command: str, sample: Callable[[], object] | None, requested: int | None, work: str, measure_now: bool = False
+) -> Iterator[Threads | None]:
+    """The block's work runs on the thread count `threads.command_threads` chooses (`requested`: --threads; `sample`:
+    a short piece of the command's work), said on standard error where it was measured; torch's count is set back
+    after the block (a command's main() may run inside a user's process). Yields the count where it is known without
+    measuring (--threads, OMP_NUM_THREADS, one thread, no torch model; applied at once), else None: the measuring is
+    put off until the block's first batch of real work (`threads.at_work_start`), after every check of the input
+    (lengths, phrases, an empty file: those that need the tokenizer come after the model loads), so that a refused
+    input costs no measuring and prints no thread message before its error; a block that refuses its input, or has
+    nothing to translate, never measures. `measure_now`: measure before the block (a server, which has no input yet).
+    """
+    before = torch.get_num_threads()
+    known = unmeasured_threads(sample, requested)
+
+    def choose() -> Threads:
+        threads = known or command_threads(sample, requested)
+        if threads.reason == "measured":
+            print(f"{command}: {threads.describe(work)}", file=sys.stderr)
+        torch.set_num_threads(threads.count)
+        return threads
+
+    try:
+        if known is not None or measure_now:
+            yield choose()
+        else:
+            with at_work_start(choose):
+                yield None
+    finally:
+        torch.set_num_threads(before)
 
 
 def check_output_path(path: str | Path, inputs: Iterable[str | Path | None] = (), reads_stdin: bool = False) -> Path:

@@ -150,8 +150,11 @@ def main(argv=None):
         for name, (_, tokenizer) in models.items()
     }
     # Chosen on the first model, before the app's threads start: a thread takes torch's count at its first work.
+    # Measured now, at startup, not at the first batch as the other commands do (chosen_threads' default): a server has
+    # no input yet to refuse (its startup refusals all came above), its first batch is a request's, whose answer
+    # should not wait for the measuring, and that batch runs on the worker thread, which the choice must precede.
     sample = decoding_sample(next(iter(models.values()))[0])
-    with chosen_threads("vaswani-serve", sample, arguments.threads, "decoding"):
+    with chosen_threads("vaswani-serve", sample, arguments.threads, "decoding", measure_now=True):
         app = create_app(
             models, limits, keys=keys, rate_limit=arguments.rate_limit, languages=languages,
             auth_failure_limit=arguments.auth_failure_limit,

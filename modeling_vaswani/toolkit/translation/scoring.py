@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from tqdm.auto import tqdm
 
+from ..threads import start_work
 from .arguments import check_arguments
 from .translate import DEFAULT_BATCH_SIZE, check_sentences, length_batches
 
@@ -88,10 +89,12 @@ def score(
             strict=True,
         )
     ]
+    batches = length_batches(lengths, batch_size, max_tokens)  # refuses a pair over max_tokens before any scoring
     model.eval()
+    start_work()  # every check passed: a command measures its threads now (threads.start_work)
     scores = [None] * len(sources)
     with tqdm(total=len(sources), desc="scoring", unit="sentence", disable=not progress) as bar:
-        for indices in length_batches(lengths, batch_size, max_tokens):
+        for indices in batches:
             batch = tokenizer(
                 [sources[i] for i in indices],
                 text_target=[targets[i] for i in indices],

@@ -17,6 +17,7 @@ from ...guidance_vaswani import leaves_no_room
 from ...search_vaswani import max_output_length
 from ..checkpoints import recorded_source_language
 from ..data.sentences import Layout, check_language, split_lines, tokenizer_language
+from ..threads import start_work
 from .arguments import check_arguments
 from .errors import InputError
 from .request import ARGUMENTS, LIMITS, CheckedRequest, Spelling, TranslationRequest, checked
@@ -144,8 +145,11 @@ def plan_batches(
 def tokenized_batches(
     model, tokenizer, sentences: Sequence[str], batches: list[list[int]], progress: bool
 ) -> Iterator[tuple[list[int], dict]]:
-    """Each batch's sentence indices and their tokenized, padded source on the model's device, with a progress bar."""
+    """Each batch's sentence indices and their tokenized, padded source on the model's device, with a progress bar.
+    Its first step is the work's start (`threads.start_work`: a command measures its threads here, once every check of
+    the request has passed, so that a refused input never waits for the measuring)."""
     model.eval()
+    start_work()
     with tqdm(total=len(sentences), desc="translating", unit="sentence", disable=not progress) as bar:
         for indices in batches:
             batch = tokenizer([sentences[i] for i in indices], return_tensors="pt", padding=True)
