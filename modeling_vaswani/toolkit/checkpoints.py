@@ -42,10 +42,12 @@ EXPORT_FILE = "vaswani_ctranslate2.json"
 EXPORT_VOCABULARY = "shared_vocabulary.json"
 EXPORT_FILES = ("model.bin", "config.json", EXPORT_VOCABULARY, "generation_config.json", EXPORT_FILE)
 # What vaswani-export-onnx writes (toolkit/interop/onnx.py): the graphs under ONNX_FOLDER, by the names transformers.js
-# loads (a variant's with its suffix), and ONNX_FILE, the settings the onnxruntime engine reads and each graph's size
-# and SHA-256, so that a truncated or swapped file is named before onnxruntime reads it.
+# loads (a variant's with its suffix), and ONNX_FILE, the settings the onnxruntime engine reads and each file's size
+# and SHA-256 (exports before SETTINGS_DIGEST: each graph's), so that a truncated, swapped or changed file is named
+# before onnxruntime or transformers reads it.
 ONNX_FOLDER, ONNX_FILE = "onnx", "vaswani_onnx.json"
 ONNX_ENCODER, ONNX_DECODER = "encoder_model.onnx", "decoder_model_merged.onnx"
+SETTINGS_DIGEST = "sha256"  # ONNX_FILE's digest of its own content (`settings_digest`)
 ONNX_SETTINGS = (
     "max_position_embeddings", "position_rows", "vocab_size", "decoder_layers", "num_heads", "head_width", "d_model",
 )  # fmt: skip
@@ -547,10 +549,10 @@ class OnnxExport:
 
 
 def validate_onnx(folder, quantized: bool = False) -> OnnxExport:
-    """The ONNX export in `folder`, or CheckpointError naming the file missing or damaged and how: ONNX_FILE and its
-    settings, each graph (float32, or its int8 variant where `quantized`) of the size and SHA-256 the export
-    recorded, generation settings whose ids are in the vocabulary, and a tokenizer of the model's vocabulary size.
-    Nothing of onnxruntime runs."""
+    """The ONNX export in `folder`, or CheckpointError naming the file missing or damaged and how: ONNX_FILE (its
+    own digest, `check_settings_digest`) and its settings, each graph (float32, or its int8 variant where
+    `quantized`) and every other file it records of the size and SHA-256 the export recorded, generation settings
+    whose ids are in the vocabulary, and a tokenizer of the model's vocabulary size. Nothing of onnxruntime runs."""
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"{folder} is not a folder; expected one written by vaswani-export-onnx")
@@ -568,6 +570,7 @@ def validate_onnx(folder, quantized: bool = False) -> OnnxExport:
             f"{variant}: export the checkpoint again"
         )
     settings = read_json(folder / ONNX_FILE)
+    check_settings_digest(folder, settings)
     for name in ONNX_SETTINGS:
         value = settings.get(name)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -576,7 +579,16 @@ def validate_onnx(folder, quantized: bool = False) -> OnnxExport:
                 "writes it"
             )
     recorded = settings.get("files") if isinstance(settings.get("files"), dict) else {}
-    for name in graphs:
+    # An export since the settings' own digest records every file beside the graphs too (its Marian config,
+    # generation settings and tokenizer): a byte changed in any of them is named, not read as the model's.
+    others = [name for name in sorted(recorded) if not name.startswith(f"{ONNX_FOLDER}/")]
+    missing = [name for name in others if not (folder / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"ONNX export {folder} lacks {', '.join(missing)}, which {ONNX_FILE} records; expected every file "
+            "vaswani-export-onnx writes: export the checkpoint again"
+        )
+    for name in (*graphs, *others):
         check_recorded_file(folder, name, recorded.get(name))
     generation = load_generation_config(folder)
     vocab_size = settings["vocab_size"]
@@ -596,9 +608,37 @@ def validate_onnx(folder, quantized: bool = False) -> OnnxExport:
     return OnnxExport(folder / graphs[0], folder / graphs[1], settings, generation, tokenizer)
 
 
+def settings_digest(settings: dict) -> str:
+    """The SHA-256 ONNX_FILE records of its own content (every key but SETTINGS_DIGEST, as canonical JSON), so that
+    a changed value in it is told from the one the export wrote: the file cannot hold its own bytes' digest."""
+    content = {name: value for name, value in settings.items() if name != SETTINGS_DIGEST}
+    canonical = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("ascii")).hexdigest()
+
+
+def check_settings_digest(folder: Path, settings: dict) -> None:
+    """ONNX_FILE's content against the digest it records (`settings_digest`), else CheckpointError naming it. An
+    export written before the digest has none, and records only its graphs: one that records other files without
+    a digest is damaged (its digest's key changed)."""
+    path = folder / ONNX_FILE
+    if SETTINGS_DIGEST not in settings:
+        recorded = settings.get("files") if isinstance(settings.get("files"), dict) else {}
+        if any(not name.startswith(f"{ONNX_FOLDER}/") for name in recorded):
+            raise CheckpointError(
+                f"{path} records files beside the graphs but no {SETTINGS_DIGEST} of its own; expected both, as "
+                "vaswani-export-onnx writes them (the file was edited or damaged): export the checkpoint again"
+            )
+        return
+    if settings[SETTINGS_DIGEST] != settings_digest(settings):
+        raise CheckpointError(
+            f"{path}: its content is not the one its {SETTINGS_DIGEST} records (edited or damaged after the "
+            "export?); expected the settings vaswani-export-onnx wrote: export the checkpoint again"
+        )
+
+
 def check_recorded_file(folder: Path, name: str, record) -> None:
     """`folder / name` of the size and SHA-256 that ONNX_FILE's `record` holds for it, else CheckpointError naming it:
-    a cut file by its size, another export's by its digest."""
+    a cut file by its size, another export's (or a changed one) by its digest."""
     path = folder / name
     if not isinstance(record, dict) or not isinstance(record.get("bytes"), int) or "sha256" not in record:
         raise CheckpointError(
@@ -617,8 +657,8 @@ def check_recorded_file(folder: Path, name: str, record) -> None:
             digest.update(block)
     if digest.hexdigest() != record["sha256"]:
         raise CheckpointError(
-            f"{path}: its SHA-256 is not the one the export recorded in {ONNX_FILE}; expected the graph exported "
-            "with this folder (a file of another export?): export the checkpoint again"
+            f"{path}: its SHA-256 is not the one the export recorded in {ONNX_FILE}; expected the file exported "
+            "with this folder (a file of another export, or changed since?): export the checkpoint again"
         )
 
 

@@ -8,7 +8,7 @@ transformers.js (src/models.js, session_config.js) feeds; with `quantize="int8"`
 (transformers.js's name for its q8 variant), onnxruntime's dynamic int8 weights. Beside onnx/: the stock MarianMT
 export's config, generation settings and tokenizer (interop/marian_export.py: what transformers.js reads; its refusals
 are this export's), and ONNX_FILE, the settings the onnxruntime engine reads (translation/onnxruntime.py) with each
-graph's size and SHA-256, which the one opener checks (`checkpoints.validate_onnx`).
+file's size and SHA-256 and a digest of its own content, which the one opener checks (`checkpoints.validate_onnx`).
 
 How: torch.onnx's dynamo exporter (torch.export) traces the model's own encoder and decoder, so the graphs compute
 what the checkpoint computes (Equation 1 as `eager_attention_forward`, the portable form: no fused attention op that
@@ -34,7 +34,16 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from ...modeling_vaswani import VaswaniForConditionalGeneration, sinusoids
 from ...search_vaswani import max_output_length
-from ..checkpoints import ONNX_DECODER, ONNX_ENCODER, ONNX_FILE, ONNX_FOLDER, load_model_and_tokenizer, quantized_name
+from ..checkpoints import (
+    ONNX_DECODER,
+    ONNX_ENCODER,
+    ONNX_FILE,
+    ONNX_FOLDER,
+    SETTINGS_DIGEST,
+    load_model_and_tokenizer,
+    quantized_name,
+    settings_digest,
+)
 from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, staged_folder
 from ..web import LISTING, PAGE_FILES, write_web_page
 from .marian_export import check_marian_exportable, export_marian_model
@@ -239,7 +248,8 @@ def write_onnx(
 ) -> None:
     """Into `output_dir` (a staged folder of the outputs room): onnx/ (the encoder and the merged decoder, checked by
     `onnx.checker`; with `quantize` their int8 variants), the stock MarianMT export's config.json,
-    generation_config.json and tokenizer (interop/marian_export.py), and ONNX_FILE (with `facts`)."""
+    generation_config.json and tokenizer (interop/marian_export.py), and ONNX_FILE (with `facts`): the settings,
+    every other file's size and SHA-256, and its own content's digest (`checkpoints.settings_digest`)."""
     check_marian_exportable(model.config)
     model = copy.deepcopy(model).eval()  # the caller's model keeps its attention and its table
     model.set_attn_implementation("eager")  # Equation 1 as plain ONNX operators (see the module's doc)
@@ -265,8 +275,10 @@ def write_onnx(
         graph = named_dimensions(graph)
         onnx.checker.check_model(graph, full_check=True)
         onnx.save(graph, folder / name)
-    files = {f"{ONNX_FOLDER}/{path.name}": recorded(path) for path in sorted(folder.iterdir())}
     export_marian_model(model, tokenizer, output_dir, weights=False)
+    # Every file written, the graphs and the Marian files beside them, so that the opener names any one changed.
+    written = sorted(path for path in Path(output_dir).rglob("*") if path.is_file())
+    files = {path.relative_to(output_dir).as_posix(): recorded(path) for path in written}
     config = model.config
     settings = {
         **facts,
@@ -280,6 +292,7 @@ def write_onnx(
         "d_model": config.d_model,
         "files": files,
     }
+    settings[SETTINGS_DIGEST] = settings_digest(settings)
     (Path(output_dir) / ONNX_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
 
 
