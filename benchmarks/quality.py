@@ -34,11 +34,11 @@ import numpy as np
 import torch
 from datasets import Dataset
 from speed.report import machine
-from speed.to_marian import marian_config
 from tokenizers import ByteLevelBPETokenizer, Tokenizer
 from transformers import (
     AutoTokenizer,
     DataCollatorForSeq2Seq,
+    MarianConfig,
     MarianMTModel,
     PreTrainedTokenizerFast,
     Seq2SeqTrainer,
@@ -164,8 +164,11 @@ def baseline_model(tokenizer):
     450 steps against 4.17 with scaling (the unscaled model reached 4.04 only at step 1450, and 19.68 test2016 BLEU
     in 25 minutes, far below the 31.25 issue 18 measured for this baseline)."""
     shapes = BASELINE_SHAPES
-    config = marian_config(
-        len(tokenizer), shapes["d_model"], shapes["layers"], shapes["layers"], shapes["heads"], shapes["d_ff"],
+    config = MarianConfig(
+        vocab_size=len(tokenizer), decoder_vocab_size=len(tokenizer), d_model=shapes["d_model"],
+        encoder_layers=shapes["layers"], decoder_layers=shapes["layers"], encoder_attention_heads=shapes["heads"],
+        decoder_attention_heads=shapes["heads"], encoder_ffn_dim=shapes["d_ff"], decoder_ffn_dim=shapes["d_ff"],
+        scale_embedding=True, share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
         max_position_embeddings=shapes["max_positions"], pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.pad_token_id,
         forced_eos_token_id=tokenizer.eos_token_id,

@@ -36,11 +36,11 @@ from pathlib import Path
 
 import torch
 from speed.report import machine
-from speed.to_marian import marian_config_of
 from transformers import MarianMTModel
 from transformers.trainer_pt_utils import LabelSmoother
 
 from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration
+from modeling_vaswani.toolkit.interop.marian_export import check_marian_exportable, marian_config
 from modeling_vaswani.toolkit.outputs import write_text
 from modeling_vaswani.toolkit.training.presets import PRESETS, preset_config
 from modeling_vaswani.toolkit.training.recipe import load_data, parse_arguments, prepare_tokenizer, tokenize_pairs
@@ -171,8 +171,9 @@ def build_runners(trainer: VaswaniTrainer, names: list[str]) -> list[Runner]:
     runners = []
     for name in names:
         if name == "marian":
+            check_marian_exportable(trainer.model.config)  # the export's MarianConfig, of shapes MarianMT can hold
             torch.manual_seed(args.seed)
-            model = MarianMTModel(marian_config_of(trainer.model.config))
+            model = MarianMTModel(marian_config(trainer.model.config))
         elif name == "current_seed1":
             torch.manual_seed(args.seed + 1)
             model = VaswaniForConditionalGeneration(trainer.model.config)

@@ -42,8 +42,9 @@ sys.path.insert(0, str(BENCHMARKS))  # the measuring tools are not installed
 import torch  # noqa: E402
 from bench import TINY, TINY_BATCH  # noqa: E402
 from speed import measure, models, phases  # noqa: E402
-from speed.to_marian import to_marian  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from modeling_vaswani.toolkit.interop.marian_export import to_marian  # noqa: E402
 
 STAGE = "training-steps"
 SEED = 0

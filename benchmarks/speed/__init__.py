@@ -3,8 +3,9 @@ MarianMTModel and CTranslate2, on the same weights and shapes.
 
 Three implementations of one network (Table 3's base model by default, or its big one; random weights):
 - `vaswani`: VaswaniForConditionalGeneration;
-- `marian`: transformers' MarianMTModel holding the same weights, made by the Marian converter's inverse
-  (`speed/to_marian.py`: ReLU, post-LN, static sinusoids, scaled and tied embeddings).
+- `marian`: transformers' MarianMTModel holding the same weights, made by the package's MarianMT export (the Marian
+  converter's inverse, vaswani-export-marian's `interop.marian_export.to_marian`: ReLU, post-LN, static sinusoids,
+  scaled and tied embeddings).
   Marian's attention projections always have biases: they are zero here. It computes what ours computes but for
   LayerNorm's epsilon, Marian's fixed 1e-5 against the paper configuration's 1e-6, which changes no work done;
 - `ctranslate2`: the Marian copy converted by CTranslate2's transformers converter (if ctranslate2 is installed), and

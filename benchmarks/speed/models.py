@@ -1,6 +1,6 @@
 """The networks the speed benchmark compares, one set of random weights in all: the shapes, our model, its MarianMT
-copy (speed/to_marian.py, the Marian converter's inverse), CTranslate2's conversion of that copy and our own
-CTranslate2 export."""
+copy (the package's MarianMT export, interop/marian_export.py's `to_marian`), CTranslate2's conversion of that copy
+and our own CTranslate2 export."""
 
 import copy
 from dataclasses import dataclass
@@ -141,8 +141,7 @@ def prepare_models(shapes: Shapes, folder: Path, seed: int, with_ctranslate2: bo
     """Saves our model with random weights (`seed`), its Marian copy and, if asked, the CTranslate2 conversion of the
     copy and our own export in float32 and int8."""
     from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration
-
-    from .to_marian import to_marian
+    from modeling_vaswani.toolkit.interop.marian_export import to_marian
 
     torch.manual_seed(seed)
     model = VaswaniForConditionalGeneration(vaswani_config(shapes))

@@ -6,7 +6,8 @@ Engines, all on the same trained weights:
   `paper_decoding=True`, Section 6.1's search (the package's own loop, generation_vaswani.paper_search and
   search_vaswani.beam_search);
 - `pytorch-stock`: the same, generate() without it: transformers' own greedy and beam search;
-- `marian`: transformers' MarianMTModel holding our weights (speed/to_marian.py), its stock generate();
+- `marian`: transformers' MarianMTModel holding our weights (vaswani-export-marian's `to_marian`), its stock
+  generate();
 - `ct2-float32`, `ct2-int8`: our CTranslate2 export (vaswani-export-ctranslate2) run by the ctranslate2 engine,
   under the paper's decoding as far as CTranslate2 expresses it (serving.ctranslate2.CTranslate2Model);
 - `ct2-float32-stock`: the float32 export with CTranslate2's own beam search and ranking, as its users call it;
@@ -106,8 +107,7 @@ def prepare_engines(model_dir: Path, folder: Path, engines) -> dict[str, str]:
     folders = {engine: str(model_dir) for engine in engines if engine.startswith("pytorch")}
     if "marian" in engines:
         from modeling_vaswani.toolkit.checkpoints import load_model_and_tokenizer
-
-        from .to_marian import to_marian
+        from modeling_vaswani.toolkit.interop.marian_export import to_marian
 
         model, _ = load_model_and_tokenizer(str(model_dir))
         to_marian(model).save_pretrained(folder / "marian")

@@ -17,11 +17,11 @@ import torch
 from helpers.tiny_models import EOS, padded_batch, tiny_model
 from helpers.training_setup import REPO
 from speed import measure, models, phases, report, runner
-from speed.to_marian import to_marian
 from torch.utils.flop_counter import FlopCounterMode
 from transformers import MarianMTModel
 
 from modeling_vaswani import VaswaniForConditionalGeneration
+from modeling_vaswani.toolkit.interop.marian_export import to_marian
 
 # runs the benchmark's worker processes; tiny models on one thread (tests/conftest.py)
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]

@@ -12,7 +12,6 @@ import torch
 from helpers.fresh_process import reload_in_fresh_process
 from helpers.tiny_models import tiny_config
 from safetensors.torch import load_file, save_file
-from speed.to_marian import to_marian
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -29,6 +28,7 @@ from modeling_vaswani.modeling_vaswani import sinusoids
 from modeling_vaswani.toolkit.cli import convert
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.interop.marian import (
+    POSITION_KEYS,
     ConversionError,
     check_marian_config,
     check_tokenizer,
@@ -36,6 +36,7 @@ from modeling_vaswani.toolkit.interop.marian import (
     convert_marian_checkpoint,
     halves_to_interleaved,
 )
+from modeling_vaswani.toolkit.interop.marian_export import to_marian
 
 SOURCES = ["A man in a blue shirt is riding a bike.", "Two dogs play in the snow.", "A girl sings."]
 TARGETS = ["Ein Mann in einem blauen Hemd fährt Fahrrad.", "Zwei Hunde spielen im Schnee.", "Ein Mädchen singt."]
@@ -399,9 +400,14 @@ def test_ours_to_marian_and_back_gives_identical_tensors_and_logits(models, batc
 
 
 def test_marian_to_ours_and_back_gives_the_marian_weights(models):
+    """Every weight back bit for bit. The position tables are Marian's own sinusoids: the export's has the rows the
+    longest accepted source's translation reaches (max_position_embeddings + 50), the original's first rows first."""
     marian, ours = models
     expected, got = marian.state_dict(), to_marian(ours).state_dict()
     assert expected.keys() == got.keys()
+    for key in POSITION_KEYS:
+        rows = marian.config.max_position_embeddings
+        assert got[key].shape[0] == rows + 50 and torch.equal(got.pop(key)[:rows], expected.pop(key))
     assert [key for key in expected if not torch.equal(expected[key], got[key])] == []
 
 
@@ -426,7 +432,7 @@ def test_the_papers_model_as_marian_has_zero_biases_and_computes_the_same():
     [
         ({"position_embedding_type": "learned"}, "position_embedding_type is 'learned'; expected 'sinusoidal'"),
         ({"tie_word_embeddings": False}, "tie_word_embeddings is False; expected True"),
-        ({"d_k": 4}, "d_k is 4; expected 8: MarianMT's d_k is d_model / h"),
+        ({"d_k": 4}, "d_k is 4; expected 8: MarianMT's queries and keys are d_model / h wide"),
     ],
 )
 def test_what_marian_cannot_hold_is_refused_by_name(overrides, words):
