@@ -288,6 +288,23 @@ def test_a_damaged_file_is_named_by_the_opener_and_the_engine(onnx_export, name,
                 load_translator(str(folder))
 
 
+@pytest.mark.slow  # the shared ONNX export (see above)
+def test_an_export_from_before_the_digests_opens_and_one_with_its_digest_taken_out_does_not(onnx_export, tmp_path):
+    """An export written before vaswani_onnx.json recorded every file (the graphs' digests only, none of its own) is
+    opened as before; the digest's key removed from a newer one is refused, since the records beside the graphs say
+    which version wrote it."""
+    folder = Path(shutil.copytree(onnx_export, tmp_path / "export"))
+    settings = json.loads((folder / ONNX_FILE).read_text())
+    graphs_only = {name: record for name, record in settings["files"].items() if name.startswith("onnx/")}
+    older = {**{key: value for key, value in settings.items() if key != "sha256"}, "files": graphs_only}
+    (folder / ONNX_FILE).write_text(json.dumps(older, indent=2))
+    assert validate_onnx(folder).settings == older
+    stripped = {key: value for key, value in settings.items() if key != "sha256"}
+    (folder / ONNX_FILE).write_text(json.dumps(stripped, indent=2))
+    with pytest.raises(CheckpointError, match=re.escape(f"{folder / ONNX_FILE} records files beside the graphs")):
+        validate_onnx(folder)
+
+
 def same_json(data: bytes, original: bytes) -> bool:
     """Both the same JSON value: the settings file's meaning unchanged (its digest is of its content, not bytes)."""
     try:
