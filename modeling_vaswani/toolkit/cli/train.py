@@ -27,7 +27,7 @@ from .shell import command
 @command("vaswani-train")
 def main(argv=None):
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    arguments = parse_arguments(argv, adapt=finite_floats)
+    arguments = parse_arguments(argv, adapt=finite_floats, budget_sizes=True)
     training_args = arguments[-1]
     repo_id = hub_repo_id(training_args) if training_args.push_to_hub else None
     training_args.push_to_hub = False  # the Trainer pushes nothing: the final model is pushed below

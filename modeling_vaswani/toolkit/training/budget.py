@@ -9,6 +9,7 @@ speed measured (replanning.py); the clock still stops a run that falls behind it
 """
 
 import copy
+import itertools
 import json
 import logging
 import math
@@ -20,6 +21,7 @@ import torch
 from transformers import IntervalStrategy
 
 from ..threads import choose_threads, torch_threads
+from .presets import MAIN_PRESET, PRESETS
 
 logger = logging.getLogger(__name__)
 
@@ -30,8 +32,12 @@ MEASURED = json.loads(resources.files(__package__).joinpath("measurements.json")
 STEP_BUDGET = MEASURED["step_budget"]
 PLANNED_RUNS = tuple(sorted((run["steps"], run["sacrebleu"]) for run in MEASURED["planned"]))
 CUT_BY_THE_CLOCK = MEASURED["cut_by_the_clock"]
+# Validation sacreBLEU against training steps for each size the main job may train (presets.py), in the order a tie
+# goes: the sizes a budget is fitted to when --preset and --max_steps are not given (`choose_size`).
+CURVES = {size: tuple(map(tuple, curve["points"])) for size, curve in MEASURED["curves"]["sizes"].items()}
 # Under USABLE_STEPS the job's scores fall steeply (the run cut by the clock), so a plan below it is announced as such.
 USABLE_STEPS = 1200
+USABLE_BLEU = 30  # of validation sacreBLEU a chosen size's curve expects: no warning (the small preset at 1,200 steps)
 PROBE_STEPS, PROBE_WARMUP = 12, 3  # training steps timed after warm-up steps, on a copy of the model
 # Of the budget the measuring may take: a short budget is measured on fewer steps (one warm-up and one timed step at
 # least) and without the second thread count or the evaluation, rather than spent on measuring (issue 51: 80 s of
@@ -57,6 +63,29 @@ def describe_expected_score(steps: int) -> str:
     return f"Expected: {guess} sacreBLEU on test2016 (the job's planned runs measured: {measured})"
 
 
+def expected_bleu(size: str, steps: int) -> float:
+    """The validation sacreBLEU `size`'s curve (CURVES) gives after `steps` steps: linear between its points, from 0
+    at step 0, and its last point's beyond it (no gain is assumed where none was measured)."""
+    points = ((0, 0.0), *CURVES[size])
+    if steps >= points[-1][0]:
+        return points[-1][1]
+    (low, low_bleu), (high, high_bleu) = next(pair for pair in itertools.pairwise(points) if pair[1][0] > steps)
+    return low_bleu + (high_bleu - low_bleu) * (steps - low) / (high - low)
+
+
+def choose_size(steps: dict[str, int]) -> str:
+    """Of the sizes `steps` holds (each with the steps the budget gives it on this machine), the one whose curve
+    expects the most sacreBLEU: a smaller network trained for more of its steps where the budget is short. A tie goes
+    to the earlier size of CURVES."""
+    return max(steps, key=lambda size: (expected_bleu(size, steps[size]), -list(CURVES).index(size)))
+
+
+def learning_rate_scale(size: str) -> float:
+    """The peak learning rate of `size` against MAIN_PRESET's, whose training settings a run choosing its size was
+    given: the rate the user set, or the preset's, is scaled as the presets' are."""
+    return PRESETS[size]["training"]["learning_rate"] / PRESETS[MAIN_PRESET]["training"]["learning_rate"]
+
+
 @dataclass
 class Plan:
     """The schedule fitted into the budget, and what it was fitted from."""
@@ -77,6 +106,10 @@ class Plan:
     # (replanning.py); None: the plan is not made again.
     reference: dict | None = None
     began: float | None = None  # time.monotonic() when the measuring began, where the budget's minutes began
+    size: str | None = None  # the preset chosen by `choose_size`; None: the run's model, no choice made
+    # Each size measured (its steps in the budget, its seconds a step) where the size was chosen
+    sizes: dict[str, tuple[int, float]] | None = None
+    learning_rate_scale: float = 1.0  # the chosen size's peak rate against the run's preset's (presets.py)
 
     def applied_to(self, args):
         """A copy of the training arguments `args` with the plan's steps, warmup, checkpoints and evaluations: what
@@ -86,6 +119,7 @@ class Plan:
         `args` is left as given."""
         planned = copy.copy(args)
         planned.max_steps, planned.warmup_steps = self.max_steps, self.warmup_steps
+        planned.learning_rate = args.learning_rate * self.learning_rate_scale
         planned.save_steps = self.save_steps
         if self.eval_steps is not None:
             planned.eval_steps = self.eval_steps
@@ -110,11 +144,26 @@ class Plan:
             other, seconds = self.other_threads
             measured += f" on each count; {other} thread{'s' * (other > 1)}: {1 / seconds:.2f} steps/s"
         return (
-            f"time budget {minutes:g} minutes: this machine trains {1 / self.seconds_per_step:.2f} steps/s with "
+            self.describe_size()
+            + f"time budget {minutes:g} minutes: this machine trains {1 / self.seconds_per_step:.2f} steps/s with "
             f"{threads} thread{'s' * (threads > 1)} (measured over {measured}; {self.probe_seconds:.0f} s in all), "
             f"so the plan is {self.max_steps:,} steps, warmup {self.warmup_steps}, a checkpoint every "
             f"{self.save_steps} steps and the last {average} averaged, {evaluations}."
-            + (f" {describe_expected_score(self.max_steps)}" if self.main_job else "")
+            + (f" {describe_expected_score(self.max_steps)}" if self.main_job and self.size in (None, "small") else "")
+        )
+
+    def describe_size(self) -> str:
+        """The sentence saying which size the budget chose and why; empty where none was chosen."""
+        if self.sizes is None:
+            return ""
+        each = "; ".join(
+            f"{size} {1 / seconds:.2f} steps/s, {steps:,} steps, {expected_bleu(size, steps):.1f}"
+            for size, (steps, seconds) in self.sizes.items()
+        )
+        return (
+            f"size: {self.size}, the one expected to translate best in this budget (this machine's speed of each "
+            f"and the validation sacreBLEU its curve on Multi30k expects after the steps that fit: {each}; "
+            f"docs/training.md). "
         )
 
     def shortfall(self) -> str | None:
@@ -122,6 +171,8 @@ class Plan:
         not (a run asked for few steps, --max_steps, is no shortfall)."""
         if self.max_steps >= USABLE_STEPS or not self.fitted_to_budget:
             return None
+        if self.size is not None and expected_bleu(self.size, self.max_steps) >= USABLE_BLEU:
+            return None  # a smaller size was chosen for the budget, and its curve expects a usable model
         needed = math.ceil(USABLE_STEPS * self.seconds_per_step / 60 * 1.1)
         cut, steps = CUT_BY_THE_CLOCK, STEP_BUDGET["steps"]
         return (
@@ -181,7 +232,7 @@ class Measured:
     probe_steps: int
 
 
-def measure_machine(trainer, validation_batches: int, limit_seconds: float = math.inf) -> Measured:
+def measure_machine(trainer, validation_batches: int, limit_seconds: float = math.inf, model=None) -> Measured:
     """PROBE_STEPS steps of a copy of the model on the run's own batches (after PROBE_WARMUP untimed ones) on each
     thread count `choose_threads` tries, and one validation batch translated as the evaluation does, on the faster
     count, times `validation_batches`; within `limit_seconds`, each thread count in its half: past it, no
@@ -191,7 +242,7 @@ def measure_machine(trainer, validation_batches: int, limit_seconds: float = mat
     used = lambda: time.monotonic() - started  # noqa: E731
     device = trainer.args.device
     # Under FSDP the Trainer leaves its model on the CPU until training starts: the copy goes where the steps run.
-    model = copy.deepcopy(trainer.model).to(device).train()
+    model = copy.deepcopy(trainer.model if model is None else model).to(device).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     batches = cycled(trainer.get_train_dataloader)
     counts = 2 if device.type == "cpu" and torch.get_num_threads() > 1 else 1
@@ -246,22 +297,37 @@ def slowest_rank(timings: tuple[float, ...], device) -> list[float]:
     return measured.tolist()
 
 
-def plan_run(trainer, main_job: bool = False) -> Plan:
+def plan_run(trainer, main_job: bool = False, sizes: dict | None = None) -> Plan:
     """Measures the machine with `trainer` (its model copied, its batches) within PROBE_SHARE of the budget and fits
     the schedule into it, logging the plan; warns loudly when the plan is too short for a usable model, and refuses
     (ValueError) a budget the measuring leaves no training step of. The run's own settings (the preset's, or the flags
     given) are the reference the plan scales down. Nothing of `trainer` or its arguments is changed: the plan is an
     input of the optimizer and the schedule (`VaswaniTrainer.follow`), and its thread count of the process.
     `main_job`: the run is the one PLANNED_RUNS measured (recipe.is_main_job), and the plan says what it is expected
-    to score."""
+    to score. `sizes`: the models (by preset name, each of CURVES) the budget may choose between (`choose_size`),
+    each measured in its part of the measuring's share; the plan is made for the one chosen (Plan.size)."""
     began, args = time.monotonic(), trainer.args
     eval_batch = args.per_device_eval_batch_size * max(1, args.world_size)
     samples = len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0
     validation_batches = math.ceil(samples / eval_batch) if args.eval_strategy != "no" else 0
-    probe = measure_machine(trainer, validation_batches, PROBE_SHARE * 60 * args.max_train_minutes)
-    timings = (probe.step_seconds, probe.evaluation_seconds, probe.probe_seconds)
-    seconds_per_step, evaluation_seconds, probe_seconds = slowest_rank(timings, args.device)
+    models = sizes or {None: trainer.model}
+    share = PROBE_SHARE * 60 * args.max_train_minutes / len(models)
+    probes = {size: measure_machine(trainer, validation_batches, share, model) for size, model in models.items()}
+    timings = [(p.step_seconds, p.evaluation_seconds) for p in probes.values()]
+    measured = slowest_rank((*(t for pair in timings for t in pair), time.monotonic() - began), args.device)
+    seconds = {size: tuple(measured[2 * i : 2 * i + 2]) for i, size in enumerate(models)}
+    probe_seconds = measured[-1]
     budget = 60 * args.max_train_minutes - probe_seconds
+    reference = {
+        "max_steps": args.max_steps if args.max_steps > 0 else STEP_BUDGET["steps"],
+        "warmup_steps": int(args.warmup_steps),
+        "save_steps": int(args.save_steps),
+        "eval_steps": int(args.eval_steps or args.logging_steps) if validation_batches else None,
+    }
+    average = args.average_last_checkpoints or 1
+    fits = {size: fit_schedule(max(budget, 0), *seconds[size], reference, average) for size in models}
+    size = choose_size({size: fit[0] for size, fit in fits.items()}) if sizes else None
+    probe, (seconds_per_step, evaluation_seconds) = probes[size], seconds[size]
     if budget < seconds_per_step:
         raise ValueError(
             f"--max_train_minutes {args.max_train_minutes:g} leaves no time to train: measuring this machine took "
@@ -270,18 +336,13 @@ def plan_run(trainer, main_job: bool = False) -> Plan:
             f"{math.ceil(USABLE_STEPS * seconds_per_step / 60 * 1.1)} for a usable model), or --max_steps N "
             "--max_train_minutes 0"
         )
-    reference = {
-        "max_steps": args.max_steps if args.max_steps > 0 else STEP_BUDGET["steps"],
-        "warmup_steps": int(args.warmup_steps),
-        "save_steps": int(args.save_steps),
-        "eval_steps": int(args.eval_steps or args.logging_steps) if validation_batches else None,
-    }
-    average = args.average_last_checkpoints or 1
-    steps, warmup, save, eval_steps = fit_schedule(budget, seconds_per_step, evaluation_seconds, reference, average)
+    steps, warmup, save, eval_steps = fits[size]
     fitted = steps < reference["max_steps"]
     plan = Plan(
         seconds_per_step, evaluation_seconds, probe_seconds, steps, warmup, save, eval_steps, probe.threads, fitted,
-        probe.other_threads, main_job, probe.probe_steps, reference, began,
+        probe.other_threads, main_job, probe.probe_steps, reference, began, size,
+        {each: (fits[each][0], seconds[each][0]) for each in models} if sizes else None,
+        learning_rate_scale(size) if sizes else 1.0,
     )  # fmt: skip
     logger.warning("plan: %s", plan.describe(args.max_train_minutes, average))
     if plan.shortfall():

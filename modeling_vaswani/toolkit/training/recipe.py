@@ -64,10 +64,9 @@ from ..texts import write_lines
 from ..translation.collapse import collapse_warning
 from ..translation.translate import translate
 from .averaging import average_checkpoints
-from .budget import plan_run
+from .budget import CURVES, plan_run
 from .flags import HELP_ALL, help_asked, project_parser, tell_complements
-from .presets import PRESETS, preset_config, preset_overrides
-from .step import probe_bf16
+from .presets import MAIN_PRESET, PRESETS, preset_config, preset_overrides
 from .trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 logger = logging.getLogger(__name__)
@@ -90,7 +89,13 @@ TRAIN_OUTPUT = (
 
 @dataclass
 class ModelArguments:
-    preset: str = field(default="small", metadata={"help": f"model preset: {', '.join(PRESETS)} (Table 3)"})
+    preset: str | None = field(
+        default=MAIN_PRESET,
+        metadata={
+            "help": f"model preset: {', '.join(PRESETS)} (Table 3); vaswani-train's default: {MAIN_PRESET}, or "
+            "where neither this nor --max_steps is given, the size the time budget trains best (docs/training.md)"
+        },
+    )
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "continue from a checkpoint (folder or Hub id) instead of a new model"}
     )
@@ -152,6 +157,7 @@ def parse_arguments(
     output_dir: str = "runs/{preset}",
     check=None,
     adapt: Callable | None = None,
+    budget_sizes: bool = False,
 ) -> tuple:
     """Every Seq2SeqTrainingArguments flag, with the preset's training settings as defaults (the user's win).
 
@@ -162,17 +168,20 @@ def parse_arguments(
     `adapt` is called on each argparse parser built here before it parses (the commands give every float flag a
     finite type: `cli.arguments.finite_floats`). A flag no parser knows is a usage error (argparse's, exit 2), as for
     every other command. `--help` prints the project's flags with the preset's defaults (`flags.project_parser`),
-    `--help_all` every flag, and both exit.
+    `--help_all` every flag, and both exit. `budget_sizes` (vaswani-train): where neither --preset nor --max_steps
+    is given, ModelArguments.preset is None, the size left to the time budget (`sizes_to_build`).
     """
     parser = HfArgumentParser((*leading, ModelArguments, DataArguments, VaswaniTrainingArguments), add_help=False)
     preset_parser = HfArgumentParser(ModelArguments, add_help=False)
     for each in (preset_parser, parser) if adapt is not None else ():
         adapt(each)
+    preset_parser.set_defaults(preset=None)  # to tell a --preset given from none
     model_args, _ = preset_parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
-    if model_args.preset not in PRESETS:
-        raise ValueError(f"unknown preset {model_args.preset!r}; expected one of {sorted(PRESETS)}")
-    output_dir = output_dir.format(preset=model_args.preset)
-    preset_defaults = {"output_dir": output_dir, **PRESETS[model_args.preset]["training"], **(defaults or {})}
+    preset = model_args.preset or MAIN_PRESET
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; expected one of {sorted(PRESETS)}")
+    output_dir = output_dir.format(preset=preset)
+    preset_defaults = {"output_dir": output_dir, **PRESETS[preset]["training"], **(defaults or {})}
     parser.set_defaults(**preset_defaults)
     tell_complements(parser)
     asked = help_asked(argv)
@@ -188,7 +197,33 @@ def parse_arguments(
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     if check is not None:
         check(namespace)
-    return parser.parse_args_into_dataclasses(args=argv)
+    arguments = parser.parse_args_into_dataclasses(args=argv)
+    if budget_sizes and model_args.preset is None and not given(parser, argv, "max_steps"):
+        next(each for each in arguments if isinstance(each, ModelArguments)).preset = None
+    return arguments
+
+
+def given(parser, argv, name: str) -> bool:
+    """Whether the flag of `name` is on the command line `argv` (argparse's abbreviations and spellings included)."""
+    default = parser.get_default(name)
+    parser.set_defaults(**{name: UNSET})
+    try:
+        return parser.parse_known_args(argv)[0].__dict__[name] is not UNSET
+    finally:
+        parser.set_defaults(**{name: default})
+
+
+UNSET = object()
+
+
+def sizes_to_build(model_args: ModelArguments, training_args: VaswaniTrainingArguments) -> tuple[str, ...]:
+    """The presets of the models the run builds: the one given, else (vaswani-train with neither --preset nor
+    --max_steps) each size of budget.CURVES where a new run's time budget is planned, for its plan to choose from,
+    and MAIN_PRESET where it is not."""
+    if model_args.preset is not None:
+        return (model_args.preset,)
+    planned = training_args.max_train_minutes and training_args.plan_time_budget
+    return tuple(CURVES) if planned and training_args.resume_from_checkpoint is None else (MAIN_PRESET,)
 
 
 def load_data(args: DataArguments) -> DatasetDict:
@@ -355,6 +390,10 @@ def _check_resume_target(checkpoint: Path, model_args: ModelArguments) -> None:
     if model_args.model_name_or_path:
         wanted, source = AutoConfig.from_pretrained(model_args.model_name_or_path), model_args.model_name_or_path
     else:
+        if model_args.preset is None:  # the run resumed goes on with the size its budget chose: the one it holds
+            shape = lambda config: [getattr(config, name, None) for name in SHAPE_FIELDS]  # noqa: E731
+            held = (size for size in CURVES if shape(preset_config(size)) == shape(saved))
+            model_args.preset = next(held, MAIN_PRESET)  # none: refused below as another model than MAIN_PRESET
         wanted = preset_config(model_args.preset, **preset_overrides(model_args.dropout))
         source = f"--preset {model_args.preset}"
     differences = [
@@ -409,10 +448,10 @@ def train_and_score(
 
     if model_args.model_name_or_path:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_args.model_name_or_path)  # its type checked earlier
-    else:
-        config = preset_config(model_args.preset, tokenizer, **preset_overrides(model_args.dropout))
-        model = VaswaniForConditionalGeneration(config)
-    logger.info("model: %s parameters", f"{model.num_parameters():,}")
+    else:  # where the budget chooses the size, a model of each (small ones: 7.6 and 2.4 M parameters)
+        overrides = preset_overrides(model_args.dropout)
+        sizes = sizes_to_build(model_args, training_args)
+        model = {size: VaswaniForConditionalGeneration(preset_config(size, tokenizer, **overrides)) for size in sizes}
     main_job = is_main_job(model_args, data_args)
     trainer, _ = train_model(model, model_args, training_args, tokenizer, train, validation, main_job)
     results = {"train": {k: v for k, v in trainer.state.log_history[-1].items()}}
@@ -488,8 +527,10 @@ MAIN_JOB_DATA = (
 
 
 def is_main_job(model_args: ModelArguments, data_args: DataArguments) -> bool:
-    """Whether the run trains the main job's model on its data (MAIN_JOB_MODEL, MAIN_JOB_DATA at their defaults)."""
-    return all(getattr(model_args, name) == getattr(ModelArguments(), name) for name in MAIN_JOB_MODEL) and all(
+    """Whether the run trains the main job's model on its data (MAIN_JOB_MODEL, MAIN_JOB_DATA at their defaults; the
+    preset MAIN_PRESET or left to the budget)."""
+    model = {name: getattr(model_args, name) for name in MAIN_JOB_MODEL} | {"preset": model_args.preset or MAIN_PRESET}
+    return all(model[name] == getattr(ModelArguments(), name) for name in MAIN_JOB_MODEL) and all(
         getattr(data_args, name) == getattr(DataArguments(), name) for name in MAIN_JOB_DATA
     )
 
@@ -501,26 +542,36 @@ def train_model(
     """Trains `model` on the tokenized `train` split with VaswaniTrainer (BLEU and chrF on `validation`, if any, when
     it evaluates; resumed from --resume_from_checkpoint when given) and saves it into output_dir, --length_penalty set
     in its generation_config first. Returns the Trainer and what its train() returned. `main_job`: the run is the
-    main job (`is_main_job`), whose time budget's plan may say what it is expected to score."""
-    if model_args.length_penalty is not None:
-        model.generation_config.length_penalty = model_args.length_penalty
+    main job (`is_main_job`), whose time budget's plan may say what it is expected to score. `model` may be a dict
+    of models by preset name, of which the time budget's plan chooses the one to train (budget.choose_size)."""
+    sizes = model if isinstance(model, dict) else {None: model}
+    for each in sizes.values():
+        if model_args.length_penalty is not None:
+            each.generation_config.length_penalty = model_args.length_penalty
 
-    trainer = VaswaniTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train,
-        eval_dataset=validation,
-        processing_class=tokenizer,
-        compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
-    )
+    def trainer_of(model) -> VaswaniTrainer:
+        return VaswaniTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=train,
+            eval_dataset=validation,
+            processing_class=tokenizer,
+            compute_metrics=lambda prediction: validation_scores(prediction, tokenizer),
+        )
+
+    trainer = trainer_of(next(iter(sizes.values())))
     planned = training_args.max_train_minutes and training_args.plan_time_budget
     if planned and training_args.resume_from_checkpoint is None:  # a resumed run keeps the plan it started with
         # Measured with the trainer of the arguments as given; the plan is then the input of the optimizer and of
         # Equation 3's schedule, which train() builds from the warmup and steps it ends with.
-        plan = plan_run(trainer, main_job)
+        plan = plan_run(trainer, main_job, sizes if len(sizes) > 1 else None)
+        if plan.size is not None and sizes[plan.size] is not trainer.model:
+            trainer = trainer_of(sizes[plan.size])
         torch.set_num_threads(plan.threads)  # the job owns its process: it trains on the count measured faster
-        trainer.bf16_autocast = probe_bf16(trainer)  # on that thread count; float32 unless measured faster
+        # No bfloat16 autocast, though a step takes 0.17 s against float32's 0.22 s on an avx512_bf16 host: at equal
+        # steps float32's validation sacreBLEU led at each of 4 evaluations, and at equal time too (docs/results.md).
         trainer.follow(plan)
+    logger.info("model: %s parameters", f"{trainer.model.num_parameters():,}")
     output = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     save_final_model(trainer, Path(training_args.output_dir))
     return trainer, output
