@@ -188,7 +188,7 @@ def run(steps: int, names: list[str], threads: int | None) -> dict:
         torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as folder:
         trainer = main_job_trainer(folder)
-        trainer.bf16_autocast = probe_bf16(trainer)  # as vaswani-train's main job does, after its thread count
+        trainer.bf16_autocast = probe_bf16(trainer)  # what the probe would choose (vaswani-train no longer adopts it)
         runners = build_runners(trainer, names)
         loader = iter(trainer.get_train_dataloader())
         validation = list(itertools.islice(iter(trainer.get_eval_dataloader()), 300 // trainer.args.eval_batch_size))
