@@ -46,6 +46,7 @@ from modeling_vaswani.toolkit.outputs import (
     claim,
     recover,
     release,
+    released_on_failure,
     resolve_output,
     restore_set_aside,
     save_figure,
@@ -972,3 +973,44 @@ def test_every_file_and_folder_written_takes_the_mode_the_umask_gives(tmp_path):
         assert modes == {name: folder_mode if name in folders else file_mode for name in modes}, oct(umask)
         assert set(modes) >= {"out/model.safetensors", "out/tokenizer.json", "out/copied", "out/sub/inner", "text",
                               "into/model.safetensors", f"out/{MARKER}"}  # fmt: skip
+
+
+# --- a library call refused after its output check gives its lock back (helper B's finding, issue 54 round) ---
+
+OTHER_WRITER = "import sys\nfrom modeling_vaswani.toolkit.outputs import claim\nprint(claim(sys.argv[1], 'other'))\n"
+
+
+def test_a_refusal_after_the_output_check_gives_back_the_lock_it_took_and_keeps_one_held_before(tmp_path):
+    """Inside released_on_failure, a check takes the folder's lock, then the work is refused: the lock file is gone
+    and another process can take it at once (before: held, and its file left, until this process ended); a lock this
+    process held before the block stays held; where the block succeeds its lock stays for the write to end."""
+    kept, target = tmp_path / "kept", tmp_path / "model"
+    check_output_folder(kept, OURS)
+    with pytest.raises(ValueError, match="refused"), released_on_failure():
+        check_output_folder(target, OURS)
+        check_output_folder(kept, OURS)  # held already: not this block's to give back
+        assert (tmp_path / ".model.lock").exists()
+        raise ValueError("refused after the check")
+    assert sorted(os.listdir(tmp_path)) == [".kept.lock"]
+    other = subprocess.run([sys.executable, "-c", OTHER_WRITER, str(target)], capture_output=True, text=True, env=ENV)
+    assert other.stdout.strip() == "True", other.stderr  # the other writer took it
+    with released_on_failure():
+        check_output_folder(target, OURS)
+    assert (tmp_path / ".model.lock").exists(), "a check that is not refused keeps its lock for the write"
+    release(target)
+    release(kept)
+
+
+def test_an_export_refused_after_its_output_check_leaves_no_lock(tmp_path):
+    """vaswani-export-marian's library call on a checkpoint with learned positions (row E, which Marian cannot hold):
+    refused after the output folder was checked and locked; nothing of the output remains, not even its lock."""
+    from modeling_vaswani import VaswaniConfig, VaswaniForConditionalGeneration
+    from modeling_vaswani.toolkit.interop.convert import ConversionError
+    from modeling_vaswani.toolkit.interop.marian_export import export_marian
+
+    config = VaswaniConfig(vocab_size=40, d_model=16, d_ff=32, num_heads=2, encoder_layers=1, decoder_layers=1,
+                           position_embedding_type="learned")  # fmt: skip
+    VaswaniForConditionalGeneration(config).save_pretrained(tmp_path / "checkpoint")
+    with pytest.raises(ConversionError, match="position"):
+        export_marian(str(tmp_path / "checkpoint"), tmp_path / "marian")
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint"]

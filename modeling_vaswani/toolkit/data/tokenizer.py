@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 from transformers import PreTrainedTokenizerFast
 
 from ...configuration_vaswani import VaswaniConfig
-from ..outputs import TRAINED_TOKENIZER, check_output_folder, save_object, staged_folder
+from ..outputs import TRAINED_TOKENIZER, check_output_folder, released_on_failure, save_object, staged_folder
 from ..texts import iter_text_lines
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
@@ -68,6 +68,7 @@ def _byte_level_bpe() -> Tokenizer:
     return backend
 
 
+@released_on_failure()  # a refusal after the output check leaves no lock in a process that goes on
 def train_tokenizer(
     files: str | Path | Sequence[str | Path],
     vocab_size: int = 37000,

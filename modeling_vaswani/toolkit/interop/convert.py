@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
-from ..outputs import CONVERTED, check_output_folder, save_pretrained
+from ..outputs import CONVERTED, check_output_folder, released_on_failure, save_pretrained
 
 
 class ConversionError(ValueError):
@@ -80,6 +80,7 @@ def converted_model(config: VaswaniConfig, weights: dict, expected: str) -> Vasw
     return model.eval()
 
 
+@released_on_failure()  # a refusal after the output check leaves no lock in a process that goes on
 def convert_checkpoint(
     output_dir: str | Path, load_and_convert: Callable[[], tuple], inputs: Iterable[str | Path] = ()
 ) -> VaswaniForConditionalGeneration:

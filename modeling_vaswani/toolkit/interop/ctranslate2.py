@@ -40,6 +40,7 @@ from ..outputs import (
     check_output_folder,
     check_writable,
     older_output,
+    released_on_failure,
     save_object,
     staged_folder,
 )
@@ -215,6 +216,7 @@ def copied(tensor: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+@released_on_failure()  # a refusal after the output check leaves no lock in a process that goes on
 def export_ctranslate2(
     name_or_path: str, output_dir: str | Path, quantization: str = "float32", revision: str | None = None
 ) -> Path:

@@ -31,7 +31,15 @@ from ...configuration_vaswani import VaswaniConfig
 from ...modeling_vaswani import VaswaniForConditionalGeneration
 from ...search_vaswani import max_output_length
 from ..checkpoints import load_config, load_model_and_tokenizer, local_folder
-from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, save_object, staged_folder
+from ..outputs import (
+    TOKENIZER_OUTPUT,
+    Output,
+    check_output_folder,
+    check_writable,
+    released_on_failure,
+    save_object,
+    staged_folder,
+)
 from .convert import DECODER_LAYER, ENCODER_LAYER, READS, ConversionError, layer_weight
 from .marian import POSITION_KEYS, TIED_KEYS, check_tokenizer, halves_to_interleaved
 
@@ -184,6 +192,7 @@ def export_marian_model(model: VaswaniForConditionalGeneration, tokenizer, folde
     save_marian(to_marian(model), tokenizer, folder, weights)
 
 
+@released_on_failure()  # a refusal after the output check leaves no lock in a process that goes on
 def export_marian(name_or_path: str, output_dir: str | Path, revision: str | None = None) -> Path:
     """vaswani-export-marian: a Vaswani checkpoint folder or Hub id exported into `output_dir` (new, empty or an
     earlier export, replaced whole once the new one is complete), its configuration checked before its weights

@@ -44,7 +44,7 @@ from ..checkpoints import (
     quantized_name,
     settings_digest,
 )
-from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, staged_folder
+from ..outputs import TOKENIZER_OUTPUT, Output, check_output_folder, check_writable, released_on_failure, staged_folder
 from ..web import LISTING, PAGE_FILES, write_web_page
 from .marian_export import check_marian_exportable, export_marian_model
 
@@ -314,6 +314,7 @@ def recorded(path: Path) -> dict:
     return {"bytes": path.stat().st_size, "sha256": digest.hexdigest()}
 
 
+@released_on_failure()  # a refusal after the output check leaves no lock in a process that goes on
 def export_onnx(
     name_or_path: str,
     output_dir: str | Path,

@@ -29,7 +29,7 @@ killed run, a full disk or an error leaves the earlier output whole. Each rule h
 from .checks import check_output_file, check_output_folder, check_working_folder, check_writable
 from .errors import OutputError
 from .failures import write_failure, writing, writing_into, writing_natively
-from .locks import claim, release
+from .locks import claim, release, released_on_failure
 from .markers import (
     ATTENTION_MAPS,
     AVERAGED,
@@ -80,6 +80,7 @@ __all__ = [
     "older_output",
     "recover",
     "release",
+    "released_on_failure",
     "resolve_output",
     "restore_set_aside",
     "save_figure",

@@ -50,6 +50,9 @@ class HeldLocks:
         for key in list(self._locks):
             self.give_back(key)
 
+    def keys(self) -> set[Path]:
+        return set(self._locks)
+
 
 HELD = HeldLocks()
 
@@ -102,6 +105,20 @@ def claim(path: str | Path, command: str | None = None) -> bool:
     os.pwrite(descriptor, f"{command or _program()} (pid {os.getpid()})\n".encode(), 0)
     HELD.hold(output, descriptor)
     return True
+
+
+@contextmanager
+def released_on_failure() -> Iterator[None]:
+    """Where the block (or the function it decorates) raises, the output locks it took are given back: a library
+    call refused after its output's check (`check_output_folder`), in a process that goes on, blocks no later writer
+    and leaves no lock file, as a command's exit does. A lock held before the block is kept."""
+    before = HELD.keys()
+    try:
+        yield
+    except BaseException:
+        for taken in HELD.keys() - before:
+            HELD.give_back(taken)
+        raise
 
 
 def release(path: str | Path) -> None:

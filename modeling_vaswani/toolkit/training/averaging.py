@@ -23,6 +23,7 @@ from ..outputs import (
     check_not_input,
     check_output_folder,
     recover,
+    released_on_failure,
     restore_set_aside,
     staged_folder,
     writing,
@@ -48,6 +49,7 @@ SKIPPED_FILES = (
 )
 
 
+@released_on_failure()  # a refusal after the output check leaves no lock in a process that goes on
 def average_checkpoints(
     checkpoint_dirs: Sequence[str | Path], output_dir: str | Path, *, vaswani_only: bool = False
 ) -> Path:
