@@ -93,7 +93,11 @@ def test_onnxruntime_computes_the_checkpoint_s_logits_step_by_step(exported):
     found = run_by_hand(folder, ids, mask, decoder_input.numpy())
     assert np.abs(found - expected).max() < 1e-4
     quantized = run_by_hand(folder, ids, mask, decoder_input.numpy(), "_quantized")
-    assert 0 < np.abs(quantized - expected).max() < 0.5  # int8 weights: close, not equal
+    # int8 weights: close, not equal. How close depends on the trained weights' ranges (one run's largest difference
+    # was 0.77 on logits spanning 11, another's under 0.5), so the mean and the choice of token are what is held.
+    error = np.abs(quantized - expected)
+    assert 0 < error.mean() < 0.1 and error.max() < 0.1 * np.ptp(expected)
+    assert (quantized.argmax(-1) == expected.argmax(-1)).mean() >= 0.9
     weights = onnx.load(folder / "onnx" / "decoder_model_merged_quantized.onnx").graph.initializer
     assert any(tensor.data_type == onnx.TensorProto.INT8 for tensor in weights)
 

@@ -183,7 +183,7 @@ def test_a_ratio_that_gives_no_whole_number_is_refused(monkeypatch):
         (["--rows", "big:max_steps=300000"], ["'max_steps' is no column", "--max_steps"]),
         (["--rows", "A:h=1", "A:num_heads=1"], ["'A:h=1' and 'A:num_heads=1'", "same model"]),
         (["--rows", "base", "A:h=4"], ["'base' and 'A:h=4'", "small preset"]),
-        (["--rows", "base", "--preset", "tiny"], ["unknown preset 'tiny'", "small"]),
+        (["--rows", "base", "--preset", "huge"], ["unknown preset 'huge'", "small"]),
         (["--rows", "base", "--model_name_or_path", "x"], ["--model_name_or_path x", "from scratch"]),
         (["--rows", "base", "--average_last_checkpoints", "5"], ["--average_last_checkpoints 5", "averaging"]),
         (["--rows", "base", "--no_paper_decoding"], ["--no_paper_decoding", "beam search"]),
