@@ -10,13 +10,14 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.data.corpora import load_multi30k, multi30k_files, read_sentences
 from modeling_vaswani.toolkit.data.tokenization import tokenize_pairs
 from modeling_vaswani.toolkit.data.tokenizer import train_tokenizer
 from modeling_vaswani.toolkit.training.presets import preset_config
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
@@ -151,6 +152,18 @@ def checkpoint_with_results(folder: Path, seed: int = 0) -> Path:
 
 def tokenized_slice(tokenizer, count: int, split: str = "train"):
     return tokenize_pairs(load_multi30k(split).select(range(count)), tokenizer, "en", "de")
+
+
+def budgeted_trainer(checkpoint, output_dir, examples: int, model=None, callbacks=(), **settings) -> VaswaniTrainer:
+    """A VaswaniTrainer of the tiny checkpoint (or `model`, of its vocabulary) on `examples` pairs, in batches of 200
+    tokens, on the CPU without reports, with `settings`: the planned runs of the budget, re-planning and size tests."""
+    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
+    defaults = dict(output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200)
+    return VaswaniTrainer(
+        model=model or AutoModelForSeq2SeqLM.from_pretrained(checkpoint),
+        args=VaswaniTrainingArguments(**{**defaults, **settings}),
+        processing_class=tokenizer, train_dataset=tokenized_slice(tokenizer, examples), callbacks=list(callbacks),
+    )  # fmt: skip
 
 
 def free_port() -> int:

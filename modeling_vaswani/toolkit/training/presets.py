@@ -15,61 +15,42 @@ def table_3_training(row: str) -> dict:
 MAIN_PRESET = "small"  # vaswani-train's without --preset; the time budget may choose a smaller size (budget.py)
 
 # Why each preset's settings are what they are: docs/training.md ("Where the recipe departs from the paper").
-PRESETS = {
-    "small": {
-        "config": partial(
-            VaswaniConfig.base,
-            d_model=256,
-            encoder_layers=3,
-            decoder_layers=3,
-            num_heads=4,
-            d_ff=1024,
-            dropout=0.0,
-            init_std=0.02,
-        ),
-        "training": {  # the vocabulary: ModelArguments' default (8000)
-            "max_tokens": 1500,
-            "max_steps": 4000,
-            "max_train_minutes": 27,
-            "warmup_steps": 400,
-            "learning_rate": 2e-3,
-            "save_steps": 150,
-            "average_last_checkpoints": 5,
-            "logging_steps": 50,
-            "length_penalty": 1.0,
-            # Validation loss and BLEU on the training curves, on 300 sentences: a few seconds every 500 steps.
-            "eval_strategy": "steps",
-            "eval_steps": 500,
-            "max_validation_samples": 300,
-        },
+SMALL = {
+    "config": partial(
+        VaswaniConfig.base,
+        d_model=256,
+        encoder_layers=3,
+        decoder_layers=3,
+        num_heads=4,
+        d_ff=1024,
+        dropout=0.0,
+        init_std=0.02,
+    ),
+    "training": {  # the vocabulary: ModelArguments' default (8000)
+        "max_tokens": 1500,
+        "max_steps": 4000,
+        "max_train_minutes": 27,
+        "warmup_steps": 400,
+        "learning_rate": 2e-3,
+        "save_steps": 150,
+        "average_last_checkpoints": 5,
+        "logging_steps": 50,
+        "length_penalty": 1.0,
+        # Validation loss and BLEU on the training curves, on 300 sentences: a few seconds every 500 steps.
+        "eval_strategy": "steps",
+        "eval_steps": 500,
+        "max_validation_samples": 300,
     },
-    # Identical to "small" except a quarter of its width, for budgets too short for "small" (budget.choose_size,
-    # from the curves in measurements.json): 2.4x its steps a second (2-core EPYC, 2026-11-28).
+}
+
+PRESETS = {
+    "small": SMALL,
+    # Identical to "small" except a quarter of its width, for budgets too short for "small" (budget.choose_size, from
+    # the curves in measurements.json): 2.4x its steps a second (2-core EPYC, 2026-11-28).
     "tiny": {
-        "config": partial(
-            VaswaniConfig.base,
-            d_model=128,
-            encoder_layers=3,
-            decoder_layers=3,
-            num_heads=4,
-            d_ff=512,
-            dropout=0.0,
-            init_std=0.02,
-        ),
-        "training": {
-            "max_tokens": 1500,
-            "max_steps": 4000,
-            "max_train_minutes": 27,
-            "warmup_steps": 400,
-            "learning_rate": 3e-3,  # a smaller model takes a larger step (Equation 3's peak grows as d_model^-0.5)
-            "save_steps": 150,
-            "average_last_checkpoints": 5,
-            "logging_steps": 50,
-            "length_penalty": 1.0,
-            "eval_strategy": "steps",
-            "eval_steps": 500,
-            "max_validation_samples": 300,
-        },
+        "config": partial(SMALL["config"], d_model=128, d_ff=512),
+        # A smaller model takes a larger step (Equation 3's peak grows as d_model^-0.5).
+        "training": {**SMALL["training"], "learning_rate": 3e-3},
     },
     "base": {
         "config": VaswaniConfig.base,

@@ -27,8 +27,7 @@ from ...guidance_vaswani import check_target_prefix
 from ...search_vaswani import gnmt_length_penalty, max_output_length
 from ..checkpoints import EXPORT_FILE as EXPORT_FILE  # the export's own file, named here for the export too
 from ..checkpoints import CheckpointError, Export, validate_export
-from .engines import CTranslate2
-from .request import check_nbest
+from .request import ExportedModel
 
 # CTranslate2's beam search ends once beam_size * patience hypotheses have finished, where Section 6.1's goes on while
 # a live beam could still win. Under the paper's decoding it collects twice the beam and all of them are re-ranked:
@@ -62,7 +61,7 @@ class CTranslate2Config:
         self.max_position_embeddings = max_position_embeddings
 
 
-class CTranslate2Model:
+class CTranslate2Model(ExportedModel):
     """An exported folder behind the part of a model's interface that `translation.translate.translate` uses:
     `generate` on a padded batch of token ids, with Section 6.1's decoding as far as CTranslate2 expresses it (see
     `generate`). The folder's files are checked first (`checkpoints.validate_export`, unless an `export` it gave is
@@ -130,23 +129,6 @@ class CTranslate2Model:
             input_ids, attention_mask, 1, paper_decoding, num_beams, max_new_tokens, target_prefix
         )  # fmt: skip
         return [hypotheses[0][0] for hypotheses in rows]
-
-    def generate_nbest(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        nbest: int = 1,
-        paper_decoding: bool = True,
-        num_beams: int | None = None,
-        max_new_tokens: int | None = None,
-        target_prefix: list[list[int]] | None = None,
-    ) -> list[list[tuple[list[int], float]]]:
-        """`generate_checked_nbest`, `nbest` checked first as a request's is (`request.check_nbest`): refused where it
-        is past the beam (`num_beams`, else the folder's) or the search is not a beam search."""
-        check_nbest(CTranslate2, nbest, num_beams or self.num_beams)
-        return self.generate_checked_nbest(
-            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
-        )  # fmt: skip
 
     def generate_checked_nbest(
         self,

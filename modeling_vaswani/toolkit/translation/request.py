@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
 from .arguments import RULES, count, markup_format, optional_count
-from .engines import CAPABILITIES, Engine, engine_of
+from .engines import CAPABILITIES, ENGINES, Engine, engine_of
 from .errors import RequestError, shown
 from .terminology import Glossary
 
@@ -153,6 +153,32 @@ def check_nbest(engine: type[Engine], nbest: int, num_beams: int) -> CheckedRequ
     (`RequestError`) where `nbest` is past `num_beams` or the search is not a beam search. The engines' one check of
     it; the translating entries, whose request its front end checked once already, call `generate_checked_nbest`."""
     return TranslationRequest(nbest=nbest, num_beams=num_beams).check(engine)
+
+
+class ExportedModel:
+    """What the exported engines' models (`ctranslate2.CTranslate2Model`, `onnxruntime.OnnxRuntimeModel`) share: an
+    n-best list asked directly, checked as a request's (`check_nbest`) before the subclass's
+    `generate_checked_nbest`. A subclass names its engine (`engine`, a key of engines.ENGINES) and its `num_beams`."""
+
+    engine: str
+    num_beams: int
+
+    def generate_nbest(
+        self,
+        input_ids,
+        attention_mask=None,
+        nbest: int = 1,
+        paper_decoding: bool = True,
+        num_beams: int | None = None,
+        max_new_tokens: int | None = None,
+        target_prefix: list[list[int]] | None = None,
+    ) -> list[list[tuple[list[int], float]]]:
+        """`generate_checked_nbest`, `nbest` checked first: refused where it is past the beam (`num_beams`, else the
+        export's) or the search is not a beam search."""
+        check_nbest(ENGINES[self.engine], nbest, num_beams or self.num_beams)
+        return self.generate_checked_nbest(
+            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
+        )  # fmt: skip
 
 
 def checked(request: TranslationRequest) -> CheckedRequest:

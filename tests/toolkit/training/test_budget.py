@@ -8,7 +8,7 @@ import re
 
 import pytest
 import torch
-from helpers.training_setup import tiny_checkpoint, tokenized_slice
+from helpers.training_setup import budgeted_trainer, tiny_checkpoint, tokenized_slice
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_vaswani.toolkit.training.budget import (
@@ -19,7 +19,7 @@ from modeling_vaswani.toolkit.training.budget import (
     plan_run,
 )
 from modeling_vaswani.toolkit.training.recipe import is_main_job, parse_arguments
-from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainingArguments
 
 SMALL = {"max_steps": 4000, "warmup_steps": 400, "save_steps": 150, "eval_steps": 500}  # the small preset's
 
@@ -75,13 +75,6 @@ def test_a_plan_of_no_evaluation_leaves_out_the_trainers_one_at_the_end(tmp_path
     )
     assert Plan(1.0, 200.0, 20.0, 1424, 248, 89, None, 2).applied_to(stopping).eval_strategy == "steps"
     assert given.eval_strategy == "steps", "the arguments given are left as they were"
-
-
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield threads
-    torch.set_num_threads(threads)
 
 
 def test_a_busy_machine_trains_on_one_thread_where_that_is_faster(restore_threads):
@@ -145,17 +138,6 @@ def test_a_plan_too_short_warns_and_says_what_to_do():
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
-
-
-def budgeted_trainer(checkpoint, output_dir, examples: int, **settings) -> VaswaniTrainer:
-    """A VaswaniTrainer of the tiny checkpoint on `examples` pairs, in batches of 200 tokens, with `settings`."""
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
-    defaults = dict(output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200)
-    return VaswaniTrainer(
-        model=AutoModelForSeq2SeqLM.from_pretrained(checkpoint),
-        args=VaswaniTrainingArguments(**{**defaults, **settings}),
-        processing_class=tokenizer, train_dataset=tokenized_slice(tokenizer, examples),
-    )  # fmt: skip
 
 
 @pytest.mark.slow  # over 5 s on 2 busy cores (2026-11-26)

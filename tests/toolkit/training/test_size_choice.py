@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.training_setup import tiny_checkpoint, tokenized_slice
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from helpers.training_setup import budgeted_trainer, tiny_checkpoint
+from transformers import AutoModelForSeq2SeqLM
 
 import modeling_vaswani.toolkit.training as training_package
 from modeling_vaswani import VaswaniForConditionalGeneration
@@ -25,7 +25,7 @@ from modeling_vaswani.toolkit.training.budget import (
 )
 from modeling_vaswani.toolkit.training.presets import PRESETS
 from modeling_vaswani.toolkit.training.recipe import is_main_job, parse_arguments, sizes_to_build
-from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainingArguments
 
 JSON = json.loads((Path(training_package.__file__).parent / "measurements.json").read_text(encoding="utf-8"))
 POINTS = {size: curve["points"] for size, curve in JSON["curves"]["sizes"].items()}
@@ -130,29 +130,18 @@ def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_a_real_plan_measures_each_size_and_plans_the_one_chosen(checkpoint, tmp_path, caplog, restore_threads):
     """Two models of the tiny checkpoint's vocabulary, one about 4 times the other's work a step, measured on this
     machine's own steps: the plan's steps of each follow its measured speed, the chosen one is `choose_size`'s of those
     steps, the plan is that size's, and the log says which and why."""
     torch.set_num_threads(1)  # the threads are not what this test is about
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     fast = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
     wider = {**fast.config.to_dict(), "d_model": 4 * fast.config.d_model, "d_ff": 4 * fast.config.d_ff}
     slow = VaswaniForConditionalGeneration(fast.config.__class__(**wider))
-    args = VaswaniTrainingArguments(
-        output_dir=str(tmp_path), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200,
-        max_train_minutes=0.5, max_steps=100_000, warmup_steps=400, save_steps=150, average_last_checkpoints=2,
+    trainer = budgeted_trainer(
+        checkpoint, tmp_path, 400, model=slow, max_train_minutes=0.5, max_steps=100_000, warmup_steps=400,
+        save_steps=150, average_last_checkpoints=2,
     )  # fmt: skip
-    trainer = VaswaniTrainer(
-        model=slow, args=args, processing_class=tokenizer, train_dataset=tokenized_slice(tokenizer, 400)
-    )
     with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.training.budget"):
         plan = plan_run(trainer, main_job=True, sizes={"small": slow, "tiny": fast})
     (small_steps, small_seconds), (tiny_steps, tiny_seconds) = plan.sizes["small"], plan.sizes["tiny"]
