@@ -166,8 +166,11 @@ def decoder_models(model: VaswaniForConditionalGeneration) -> tuple["onnx.ModelP
 
 def merged_decoder(first: "onnx.ModelProto", later: "onnx.ModelProto", layers: int) -> "onnx.ModelProto":
     """One graph with both decoders as the branches of an If node on use_cache_branch (a bool of shape [1]): false
-    runs `first`, true `later`, whose encoder presents are its encoder pasts passed through (the encoder-decoder
-    attention's keys and values do not change while decoding). The weights are stored once, in the outer graph."""
+    runs `first`, true `later`. The encoder-decoder attention's keys and values do not change while decoding, so the
+    later branch gives an empty constant for each encoder present, as optimum's merge gives one for the outputs its
+    decoder with past lacks (shape [0, heads, 1, width]); its readers (transformers.js, translation/onnxruntime.py)
+    keep the first step's. Passing the pasts through instead cost a copy of the whole encoder cache a step. The
+    weights are stored once, in the outer graph."""
     initializers, by_content = [], {}
 
     def branch(model: "onnx.ModelProto", prefix: str) -> "onnx.GraphProto":
@@ -203,9 +206,12 @@ def merged_decoder(first: "onnx.ModelProto", later: "onnx.ModelProto", layers: i
     encoder_presents = {name for name in past_names(layers, "present") if ".encoder." in name}
     for value in with_cache.output:
         if value.name.startswith("later/present.") and value.name[len("later/") :] in encoder_presents:
-            past = value.name[len("later/") :].replace("present", "past_key_values")
-            with_cache.node.append(onnx.helper.make_node("Identity", [past], [value.name + "/passed"]))
-            value.name += "/passed"
+            dims = [each.dim_value for each in value.type.tensor_type.shape.dim]  # [batch, heads, source, width]
+            empty = onnx.helper.make_tensor("empty", value.type.tensor_type.elem_type, [0, dims[1], 1, dims[3]], [])
+            traced_name, value.name = value.name, value.name + "/empty"
+            kept = [node for node in with_cache.node if list(node.output) != [traced_name]]  # the exporter's copy
+            del with_cache.node[:]
+            with_cache.node.extend([*kept, onnx.helper.make_node("Constant", [], [value.name], value=empty)])
     use_cache = onnx.helper.make_tensor_value_info("use_cache_branch", onnx.TensorProto.BOOL, [1])
     outputs = [value.name.split("/", 1)[1] for value in no_cache.output]
     node = onnx.helper.make_node(

@@ -29,8 +29,7 @@ from ...decoding_vaswani import Recorder, greedy_search, sentence_rows
 from ...guidance_vaswani import TargetPrefix, check_target_prefix
 from ...search_vaswani import MaxLengthPerSentence, TopK, beam_search, max_output_length
 from ..checkpoints import CheckpointError, OnnxExport, validate_onnx
-from .engines import OnnxRuntime
-from .request import check_nbest
+from .request import ExportedModel
 
 KINDS = [(part, kind) for part in ("decoder", "encoder") for kind in ("key", "value")]
 
@@ -38,6 +37,9 @@ KINDS = [(part, kind) for part in ("decoder", "encoder") for kind in ("key", "va
 def session(path: Path, threads: int | None) -> "onnxruntime.InferenceSession":
     """An onnxruntime session on the CPU, or CheckpointError naming the file where onnxruntime cannot load it."""
     options = onnxruntime.SessionOptions()
+    # onnxruntime's threads spin, waiting for work, after each run: here the search's PyTorch ops run between the
+    # steps on the same cores, and the spinning slowed them 2-3x (benchmarks/real_text.py, docs/interop.md).
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads:
         options.intra_op_num_threads = threads
     try:
@@ -49,13 +51,20 @@ def session(path: Path, threads: int | None) -> "onnxruntime.InferenceSession":
         ) from error
 
 
+def rows_of(array: np.ndarray, rows: torch.Tensor) -> np.ndarray:
+    """`array[rows]` by torch's index_select on the same memory: on every thread, where numpy's indexing takes one
+    (the cache moves of 300 test2016 sentences at 2,000-token batches, beam 4: 0.33 against 0.57 s)."""
+    return torch.from_numpy(array).index_select(0, rows).numpy()
+
+
 class OnnxSteps:
     """The decoding loop's step object (as `decoding_vaswani.DecoderSteps` is for PyTorch): each call runs the merged
     decoder on the hypotheses' last tokens with the cache, `reorder` moves the self-attention cache to the chosen
     beams, `select` keeps the sentences still searching. The encoder output is one row a sentence
-    (`encoder_outputs`, which the one-beam loop counts sentences by), repeated for its hypotheses at the first step;
-    the encoder-decoder attention's keys and values, computed then, are kept: the later steps' encoder presents are
-    the same tensors passed through."""
+    (`encoder_outputs`, which the one-beam loop counts sentences by), repeated for its hypotheses at the first step
+    and kept so until a sentence leaves; the encoder-decoder attention's keys and values, computed at the first step,
+    are kept (the later steps' encoder presents are empty, interop/onnx.py's `merged_decoder`; an export that passed
+    them through gives the same tensors)."""
 
     cache = None  # no PyTorch cache to return
 
@@ -63,18 +72,25 @@ class OnnxSteps:
         self.decoder, self.layers, self.heads, self.width = decoder, layers, heads, width
         self.encoder_outputs = BaseModelOutput(last_hidden_state=torch.from_numpy(states))
         self.mask = mask
+        self.repeated = None  # the encoder feeds, repeated for the rows of a step
         self.past = None  # name -> array, KINDS a layer
         self.outputs = [output.name for output in decoder.get_outputs()]
 
+    def encoder_feeds(self, rows: int) -> dict[str, np.ndarray]:
+        """The encoder states and mask, one row a hypothesis: repeated when the rows change (the first step, a
+        sentence leaving), not each step."""
+        if self.repeated is None or len(self.repeated["encoder_hidden_states"]) != rows:
+            states = self.encoder_outputs.last_hidden_state.numpy()
+            repeats = rows // states.shape[0]
+            self.repeated = {
+                "encoder_attention_mask": np.repeat(self.mask, repeats, axis=0),
+                "encoder_hidden_states": np.repeat(states, repeats, axis=0),
+            }
+        return self.repeated
+
     def __call__(self, sequences: torch.LongTensor) -> Seq2SeqLMOutput:
         rows = sequences.shape[0]
-        states = self.encoder_outputs.last_hidden_state.numpy()
-        repeats = rows // states.shape[0]
-        feeds = {
-            "encoder_attention_mask": np.repeat(self.mask, repeats, axis=0),
-            "encoder_hidden_states": np.repeat(states, repeats, axis=0),
-            "use_cache_branch": np.array([self.past is not None]),
-        }
+        feeds = {**self.encoder_feeds(rows), "use_cache_branch": np.array([self.past is not None])}
         if self.past is None:
             feeds["input_ids"] = sequences.numpy()
             empty = np.zeros((rows, self.heads, 0, self.width), dtype=np.float32)
@@ -83,27 +99,31 @@ class OnnxSteps:
             feeds["input_ids"] = sequences[:, -1:].numpy()
             feeds.update(self.past)
         results = dict(zip(self.outputs, self.decoder.run(None, feeds), strict=True))
+        first = self.past is None
         self.past = {
-            name.replace("present", "past_key_values"): value
-            for name, value in results.items()
-            if name.startswith("present.")
+            **(self.past or {}),
+            **{
+                name.replace("present", "past_key_values"): value
+                for name, value in results.items()
+                if name.startswith("present.") and (first or ".decoder." in name)
+            },
         }
         return Seq2SeqLMOutput(logits=torch.from_numpy(results["logits"][:, -1:]))
 
     def reorder(self, rows: torch.Tensor) -> None:
         """The self-attention cache follows the chosen beams; the encoder-decoder one is the same for every row of a
         sentence, and a beam continues a beam of its own sentence."""
-        kept = rows.numpy()
         for name in self.past:
             if ".decoder." in name:
-                self.past[name] = self.past[name][kept]
+                self.past[name] = rows_of(self.past[name], rows)
 
     def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
-        rows = sentence_rows(sentences, rows_per_sentence).numpy()
+        rows = sentence_rows(sentences, rows_per_sentence)
         if self.past is not None:
-            self.past = {name: value[rows] for name, value in self.past.items()}
+            self.past = {name: rows_of(value, rows) for name, value in self.past.items()}
         self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
         self.mask = self.mask[sentences.numpy()]
+        self.repeated = None
 
 
 class OnnxConfig:
@@ -113,12 +133,12 @@ class OnnxConfig:
         self.max_position_embeddings = max_position_embeddings
 
 
-class OnnxRuntimeModel:
+class OnnxRuntimeModel(ExportedModel):
     """An ONNX export behind the part of a model's interface that `translation.translate.translate` uses: `generate`
-    and `generate_nbest` (`generate_checked_nbest` for a request checked already) on a padded batch of token ids, with
-    Section 6.1's decoding (the payload's search, see the module's doc). The folder's files are checked first
-    (`checkpoints.validate_onnx`, unless an `export` it gave is passed); `quantized` runs the int8 variant
-    (onnx/*_quantized.onnx). `threads`: onnxruntime's intra-op threads (None: its default, one a core)."""
+    and `generate_nbest` (ExportedModel's; `generate_checked_nbest` for a request checked already) on a padded batch
+    of token ids, with Section 6.1's decoding (the payload's search, see the module's doc). The folder's files are
+    checked first (`checkpoints.validate_onnx`, unless an `export` it gave is passed); `quantized` runs the int8
+    variant (onnx/*_quantized.onnx). `threads`: onnxruntime's intra-op threads (None: its default, one a core)."""
 
     device = torch.device("cpu")
     engine = "onnxruntime"  # engines.OnnxRuntime holds it
@@ -155,23 +175,6 @@ class OnnxRuntimeModel:
         """The output token ids of each row (the decoder start token first, padded), as generate() returns them:
         the best of each sentence's search."""
         return self.search(input_ids, attention_mask, 1, paper_decoding, num_beams, max_new_tokens, target_prefix)[0]
-
-    def generate_nbest(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        nbest: int = 1,
-        paper_decoding: bool = True,
-        num_beams: int | None = None,
-        max_new_tokens: int | None = None,
-        target_prefix: list[list[int]] | None = None,
-    ) -> list[list[tuple[list[int], float]]]:
-        """`generate_checked_nbest`, `nbest` checked first as a request's is (`request.check_nbest`): refused where it
-        is past the beam (`num_beams`, else the export's) or the search is not a beam search."""
-        check_nbest(OnnxRuntime, nbest, num_beams or self.num_beams)
-        return self.generate_checked_nbest(
-            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
-        )  # fmt: skip
 
     def generate_checked_nbest(
         self,
