@@ -41,6 +41,10 @@ MISSING_ONEDNN_OPS = missing_ops() if ONEDNN_LINEAR else []
 # (2026-11-21); on an AVX2 EPYC MKL's were 12-18% faster in training, while inference still gained (2026-11-24,
 # docs/performance.md). torch.backends.cpu.get_cpu_capability() names the kernels torch itself dispatches to.
 ONEDNN_TRAINING = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+# The smallest product (rows x in x out multiply-adds) worth a oneDNN call: each costs about 100 us before its work,
+# nn.Linear's 30, so a beam's few rows through a d_model 128 layer took 130 us against 60 (2-core AMD EPYC, avx2,
+# 2026-11-29); a 4-row beam through the 8000-token output layer, 4 M, is 3.5x faster through oneDNN.
+ONEDNN_SMALLEST = 2**22
 
 
 def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -96,7 +100,8 @@ class OneDNNLinearFunction(torch.autograd.Function):
 
 class Linear(nn.Linear):
     """Identical to nn.Linear (W^Q, W^K, W^V, W^O of Section 3.2.2, W1 and W2 of Equation 2, the pre-softmax linear of
-    Section 3.4) except that its float32 products on CPU go through oneDNN; inference multiplies by a prepacked weight.
+    Section 3.4) except that its float32 products on CPU of at least ONEDNN_SMALLEST multiply-adds go through oneDNN;
+    inference multiplies by a prepacked weight.
 
     A subclass, because neither torch nor transformers offers this outside a compiled graph: an eager float32 linear
     on CPU, forward and backward, calls MKL's sgemm, which takes its slow code paths on non-Intel CPUs (half oneDNN's
@@ -115,7 +120,8 @@ class Linear(nn.Linear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight = self.weight
-        if not self._through_onednn(x, weight) or (torch.is_grad_enabled() and not ONEDNN_TRAINING):
+        small = x.numel() * weight.shape[0] < ONEDNN_SMALLEST  # rows x in x out
+        if small or not self._through_onednn(x, weight) or (torch.is_grad_enabled() and not ONEDNN_TRAINING):
             return nn.functional.linear(x, weight, self.bias)
         rows = x.reshape(-1, x.shape[-1])
         if torch.is_grad_enabled():

@@ -27,6 +27,12 @@ from modeling_vaswani.modeling_vaswani import MultiHeadAttention, eager_attentio
 needs_onednn = pytest.mark.skipif(not ONEDNN_LINEAR, reason="this torch has no oneDNN linear")
 
 
+@pytest.fixture(autouse=True)
+def every_product_through_onednn(monkeypatch):
+    """The tests here take the oneDNN path at their small sizes too (ONEDNN_SMALLEST 0), except where one sets it."""
+    monkeypatch.setattr(kernels, "ONEDNN_SMALLEST", 0)
+
+
 def reference(layer: Linear, x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.linear(x, layer.weight, layer.bias)
 
@@ -96,6 +102,22 @@ def test_training_products_go_through_onednn_only_where_chosen(onednn_training, 
     assert kernels.ONEDNN_TRAINING == onednn_training
     monkeypatch.undo()
     assert kernels.ONEDNN_TRAINING == torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+@needs_onednn
+def test_a_product_under_the_smallest_worth_onednn_is_nn_linears_exactly(monkeypatch):
+    """rows x in x out multiply-adds: 4 x 128 x 512 = 262,144, under 2^22, nn.Linear's own product (bit for bit, no
+    packed weight); 4 x 128 x 8192 = 2^22, oneDNN's, packed."""
+    monkeypatch.setattr(kernels, "ONEDNN_SMALLEST", 2**22)
+    assert kernels.ONEDNN_SMALLEST == 4 * 128 * 8192
+    torch.manual_seed(0)
+    x = torch.randn(4, 1, 128)
+    small, large = Linear(128, 512), Linear(128, 8192)
+    with torch.no_grad():
+        assert torch.equal(small(x), reference(small, x)) and small._packed is None
+        torch.testing.assert_close(large(x), reference(large, x), rtol=1e-5, atol=1e-5)
+        assert large._packed is not None
+        assert large(x[:3]).shape == (3, 1, 8192) and torch.equal(large(x[:3]), reference(large, x[:3]))
 
 
 @needs_onednn
