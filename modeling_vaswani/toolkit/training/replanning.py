@@ -16,7 +16,7 @@ import logging
 import math
 import time
 
-from transformers import TrainerCallback
+from transformers import ProgressCallback, TrainerCallback
 
 from .budget import MARGIN, Plan, slowest_rank
 
@@ -92,8 +92,9 @@ class FollowTheMachine(TrainerCallback):
     every rank of a distributed run plans at the same step. The trainer's own max_steps is the run as set, the most
     a plan may grow to (VaswaniTrainer.follow)."""
 
-    def __init__(self, plan: Plan, average: int):
+    def __init__(self, plan: Plan, average: int, progress: ProgressCallback | None = None):
         self.plan, self.average = plan, average
+        self.progress = progress  # the Trainer's progress bar, whose total follows the plan's end
         self.evaluations = 0 if plan.eval_steps is None else plan.max_steps // plan.eval_steps
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -110,6 +111,10 @@ class FollowTheMachine(TrainerCallback):
         state.max_steps, state.save_steps = plan.max_steps, plan.save_steps
         if plan.eval_steps is not None:
             state.eval_steps = plan.eval_steps
+        bar = getattr(self.progress, "training_bar", None)  # made at the training's start, on the main process only
+        if bar is not None:
+            bar.total = plan.max_steps
+            bar.refresh()
 
     def on_evaluate(self, args, state, control, **kwargs):
         # The Trainer evaluates after the step's end (and before its checkpoint)

@@ -314,7 +314,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if plan.reference is not None and self.args.paper_schedule:  # Equation 3 needs no total: the end may move
             self.args.max_steps = plan.reference["max_steps"]  # the most it may move to; the plan's end is the state's
             bar = self.pop_callback(ProgressCallback)  # after the planner, so that its total is the planned end
-            self.add_callback(FollowTheMachine(plan, self.args.average_last_checkpoints or 1))
+            self.add_callback(FollowTheMachine(plan, self.args.average_last_checkpoints or 1, bar))
             if bar is not None:
                 self.add_callback(bar)
 

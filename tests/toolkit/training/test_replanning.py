@@ -10,13 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.training_setup import tiny_checkpoint, tokenized_slice
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, TrainerCallback
+from helpers.training_setup import budgeted_trainer, tiny_checkpoint
+from transformers import AutoModelForSeq2SeqLM, ProgressCallback, TrainerCallback, TrainerState
 
 from modeling_vaswani.toolkit.checkpoints import find_checkpoints
 from modeling_vaswani.toolkit.training.budget import Plan, fit_schedule, plan_run
-from modeling_vaswani.toolkit.training.replanning import Progress, describe_replan, replan
-from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
+from modeling_vaswani.toolkit.training.replanning import FollowTheMachine, Progress, describe_replan, replan
 
 SMALL = {"max_steps": 4000, "warmup_steps": 400, "save_steps": 150, "eval_steps": 500}  # the small preset's
 # A first plan of 700 steps, fitted as fit_schedule fits them: warmup 700 // 6 = 116, checkpoints every
@@ -36,6 +35,23 @@ def test_a_machine_that_got_faster_gets_more_steps_and_the_spacing_of_the_new_en
         "plan again at step 126: 2.00 steps/s since step 84, 1210 s left, so 700 -> 2,168 steps, a checkpoint every "
         "130 steps, an evaluation every 434"
     )
+
+
+def test_the_progress_bar_shows_the_end_of_every_new_plan(checkpoint, tmp_path):
+    """The quiet main job of 2026-11-29 grew from 2,550 to 2,651 steps, and its bar, made with the first plan's
+    total, lost it ("2651it"): the bar the trainer shows is the one whose total each plan sets."""
+    trainer = budgeted_trainer(checkpoint, tmp_path, 40, disable_tqdm=False, max_train_minutes=1, max_steps=10**5)
+    trainer.follow(FIRST)
+    planner = next(each for each in trainer.callback_handler.callbacks if isinstance(each, FollowTheMachine))
+    bar = next(each for each in trainer.callback_handler.callbacks if isinstance(each, ProgressCallback))
+    state = TrainerState(max_steps=FIRST.max_steps)
+    bar.on_train_begin(trainer.args, state, trainer.control)
+    planned = replan(FIRST, Progress(126, 1210.0, 0.5, 20.0, 5), evaluations=5, average=5)  # 2,168 steps, above
+    planner.follow(planned, state)
+    assert (state.max_steps, bar.training_bar.total) == (2168, 2168)
+    planner.follow(replan(planned, Progress(300, 100.0, 2.0, 20.0, 0), evaluations=5, average=5), state)
+    assert bar.training_bar.total == state.max_steps < 2168
+    bar.training_bar.close()
 
 
 def test_a_machine_that_slowed_gets_fewer_steps_and_says_the_warmup_is_kept():
@@ -108,13 +124,6 @@ def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
 
 
-@pytest.fixture
-def restore_threads():
-    threads = torch.get_num_threads()
-    yield
-    torch.set_num_threads(threads)
-
-
 class Clock(TrainerCallback):
     """When training's last step ended."""
 
@@ -139,17 +148,11 @@ def changing_machine(model, before: float, after: float, at: int) -> TrainerCall
 def planned_run(checkpoint, output_dir, caplog, before: float, after: float, at: int, minutes: float):
     """A run of the tiny model planned for `minutes` and trained on a machine that changes speed at step `at`:
     (the first plan, the trainer after training, the clock of its steps)."""
-    tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
     clock = Clock()
-    args = VaswaniTrainingArguments(
-        output_dir=str(output_dir), report_to=[], use_cpu=True, disable_tqdm=True, seed=0, max_tokens=200,
-        max_train_minutes=minutes, max_steps=100_000, warmup_steps=400, save_steps=100_000,
-        average_last_checkpoints=2,
-    )  # fmt: skip
-    trainer = VaswaniTrainer(
-        model=model, args=args, processing_class=tokenizer, train_dataset=tokenized_slice(tokenizer, 400),
-        callbacks=[changing_machine(model, before, after, at), clock],
+    trainer = budgeted_trainer(
+        checkpoint, output_dir, 400, model=model, callbacks=[changing_machine(model, before, after, at), clock],
+        max_train_minutes=minutes, max_steps=100_000, warmup_steps=400, save_steps=100_000, average_last_checkpoints=2,
     )  # fmt: skip
     # One thread: the second count the probe would time runs several times slower on a shared, busy host (2 s a step
     # against 0.1, 2026-11-27, load 12 on 2 cores), which is not what these runs measure.
