@@ -1,9 +1,10 @@
 """Translation in the browser: the static page that `vaswani-export-onnx --web` writes beside an ONNX export.
 
-The page (index.html, page.js) runs the export with transformers.js and onnxruntime-web's WebAssembly in the
-visitor's browser, loading everything from its own folder: the model's files, and the JavaScript that `npm ci`
-installs there from package.json and package-lock.json, which travel with the page. model_files.json lists the
-files the page loads with their sizes, so that the page names a missing or truncated one before it loads anything.
+The page (index.html, page.js, and beam.js: Section 6.1's beam search, which transformers.js lacks) runs the export
+with transformers.js and onnxruntime-web's WebAssembly in the visitor's browser, loading everything from its own
+folder: the model's files, and the JavaScript that `npm ci` installs there from package.json and package-lock.json,
+which travel with the page. model_files.json lists the files the page loads with their sizes, so that the page names
+a missing or truncated one before it loads anything.
 """
 
 import json
@@ -11,7 +12,7 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
-PAGE_FILES = ("index.html", "page.js", "package.json", "package-lock.json", ".npmrc")
+PAGE_FILES = ("index.html", "page.js", "beam.js", "package.json", "package-lock.json", ".npmrc")
 # What transformers.js reads of a "marian" export at full precision (src/models/session_config.js: Seq2Seq).
 MODEL_FILES = (
     "config.json",

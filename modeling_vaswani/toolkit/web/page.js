@@ -1,9 +1,12 @@
-// The page's logic: check the model's files, load them with transformers.js from this folder, translate greedily.
+// The page's logic: check the model's files, load them with transformers.js from this folder, translate with
+// Section 6.1's beam search (beam.js; the folder's num_beams and length_penalty), or greedily on request.
 import {
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
+    Tensor,
     env,
 } from './node_modules/@huggingface/transformers/dist/transformers.min.js';
+import { beamSearch, maxOutputLength, paperSettings } from './beam.js';
 
 const here = new URL('.', document.baseURI);
 const status = document.getElementById('status');
@@ -16,9 +19,6 @@ env.allowLocalModels = true;
 env.localModelPath = here.pathname;
 const wasm = new URL('node_modules/onnxruntime-web/dist/ort-wasm-simd-threaded.asyncify', here).href;
 env.backends.onnx.wasm.wasmPaths = { mjs: `${wasm}.mjs`, wasm: `${wasm}.wasm` };
-
-// Section 6.1's limit on a translation's length, in tokens beyond the input's.
-const EXTRA_TOKENS = 50;
 
 function say(text, { error = false } = {}) {
     status.textContent = text;
@@ -74,8 +74,18 @@ async function load() {
     return { tokenizer, model };
 }
 
-// One sentence a line, each decoded greedily (transformers.js has no beam search); a blank line stays blank.
-async function translate({ tokenizer, model }, lines) {
+// What the status line says of a decoding.
+function decodingName({ numBeams, lengthPenalty }) {
+    return numBeams > 1
+        ? `Section 6.1's beam search (beam ${numBeams}, length penalty ${lengthPenalty})`
+        : 'greedy decoding';
+}
+
+// One sentence a line, one line after another (a sentence's search does not depend on the others); a blank line stays
+// blank. numBeams > 1: beam.js, Section 6.1's search as the Python engines run it (transformers.js 4.3.2's generate()
+// keeps one hypothesis a row whatever num_beams says); numBeams 1: transformers.js's own greedy generate().
+async function translate({ tokenizer, model, paper }, lines, { numBeams = paper.numBeams } = {}) {
+    const decoding = { ...paper, numBeams };
     const results = [];
     for (const line of lines) {
         if (!line.trim()) {
@@ -84,45 +94,71 @@ async function translate({ tokenizer, model }, lines) {
         }
         const inputs = tokenizer(line);
         const length = inputs.input_ids.dims.at(-1);
-        const output = await model.generate({
-            ...inputs,
-            num_beams: 1,
-            do_sample: false,
-            max_new_tokens: length + EXTRA_TOKENS,
-        });
-        const ids = Array.from(output.tolist()[0], Number);
-        results.push({ text: tokenizer.decode(ids, { skip_special_tokens: true }), ids });
+        let ids;
+        let score;
+        if (numBeams > 1) {
+            const source = Array.from(inputs.input_ids.data, Number);
+            ({ ids, score } = await beamSearch(model, Tensor, source, decoding));
+        } else {
+            const output = await model.generate({
+                ...inputs,
+                num_beams: 1,
+                do_sample: false,
+                max_new_tokens: maxOutputLength(length),
+            });
+            ids = Array.from(output.tolist()[0], Number);
+        }
+        const result = { text: tokenizer.decode(ids, { skip_special_tokens: true }), ids };
+        if (score !== undefined) result.score = score;
+        results.push(result);
     }
-    return results;
+    return { results, decoding: decodingName(decoding) };
 }
 
 async function main() {
     let loaded;
     try {
         loaded = await load();
+        loaded.paper = paperSettings(loaded.model);
     } catch (error) {
         say(`The model cannot be used: ${error.message ?? error}`, { error: true });
         window.vaswaniPage = { error: String(error.message ?? error) };
         return;
     }
     bar.value = 1;
-    say('Ready: the model runs in this browser.');
-    window.vaswaniPage = { translate: (lines) => translate(loaded, lines) };
+    const choice = document.getElementById('decoding');
+    choice.querySelector('option[value="paper"]').textContent = decodingName(loaded.paper);
+    const chosen = () => (choice.value === 'greedy' ? { numBeams: 1 } : {});
+    const ready = () => say(`Ready: the model runs in this browser, with ${decodingName({ ...loaded.paper, ...chosen() })}.`);
+    ready();
+    choice.addEventListener('change', ready);
+    window.vaswaniPage = {
+        translate: async (lines, options) => (await translate(loaded, lines, options)).results,
+        decoding: (options) => decodingName({ ...loaded.paper, ...options }),
+    };
     button.disabled = false;
+    choice.disabled = false;
     button.addEventListener('click', async () => {
-        button.disabled = true;
-        say('Translating…');
+        button.disabled = choice.disabled = true;
+        say(`Translating with ${decodingName({ ...loaded.paper, ...chosen() })}…`);
         const lines = document.getElementById('source').value.split('\n');
         const output = document.getElementById('output');
-        output.replaceChildren(
-            ...(await translate(loaded, lines)).map(({ text }) => {
-                const item = document.createElement('li');
-                item.textContent = text;
-                return item;
-            }),
-        );
-        say('Ready: the model runs in this browser.');
-        button.disabled = false;
+        const began = performance.now();
+        try {
+            const { results, decoding } = await translate(loaded, lines, chosen());
+            output.replaceChildren(
+                ...results.map(({ text }) => {
+                    const item = document.createElement('li');
+                    item.textContent = text;
+                    return item;
+                }),
+            );
+            const seconds = ((performance.now() - began) / 1000).toFixed(1);
+            say(`Ready: the model runs in this browser; translated with ${decoding} in ${seconds} s.`);
+        } catch (error) {
+            say(`The translation failed: ${error.message ?? error}`, { error: true });
+        }
+        button.disabled = choice.disabled = false;
     });
 }
 
