@@ -13,7 +13,9 @@ if (!['greedy', 'paper'].includes(mode)) throw new Error(`decoding ${mode}; expe
 const folder = path.resolve(folderArgument);
 const library = pathToFileURL(path.join(folder, 'node_modules/@huggingface/transformers/dist/transformers.node.mjs'));
 const { AutoModelForSeq2SeqLM, AutoTokenizer, Tensor, env } = await import(library.href);
-const { beamSearch, maxOutputLength } = await import(pathToFileURL(path.join(folder, 'beam.js')).href);
+// The package's own beam.js, not the folder's: a model pulled from the Hub holds no page files.
+const beamModule = new URL('../../../modeling_vaswani/toolkit/web/beam.js', import.meta.url);
+const { beamSearch, maxOutputLength } = await import(beamModule.href);
 
 env.allowRemoteModels = false;
 env.localModelPath = path.dirname(folder);
