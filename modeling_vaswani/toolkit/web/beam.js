@@ -102,6 +102,18 @@ function settingsOf(model) {
     };
 }
 
+/** Greedy decoding by transformers.js's own generate(), at most Section 6.1's source + 50 new tokens: the page's
+ * other choice, and Node's. `inputs`: the tokenizer's output for one sentence. Returns its output ids. */
+export async function greedyDecode(model, inputs) {
+    const output = await model.generate({
+        ...inputs,
+        num_beams: 1,
+        do_sample: false,
+        max_new_tokens: maxOutputLength(inputs.input_ids.dims.at(-1)),
+    });
+    return Array.from(output.tolist()[0], Number);
+}
+
 /** The search's settings as the model folder's generation_config.json gives them: { numBeams, lengthPenalty }. */
 export function paperSettings(model) {
     const { numBeams, lengthPenalty } = settingsOf(model);

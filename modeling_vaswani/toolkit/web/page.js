@@ -6,7 +6,7 @@ import {
     Tensor,
     env,
 } from './node_modules/@huggingface/transformers/dist/transformers.min.js';
-import { beamSearch, maxOutputLength, paperSettings } from './beam.js';
+import { beamSearch, greedyDecode, paperSettings } from './beam.js';
 
 const here = new URL('.', document.baseURI);
 const status = document.getElementById('status');
@@ -93,20 +93,13 @@ async function translate({ tokenizer, model, paper }, lines, { numBeams = paper.
             continue;
         }
         const inputs = tokenizer(line);
-        const length = inputs.input_ids.dims.at(-1);
         let ids;
         let score;
         if (numBeams > 1) {
             const source = Array.from(inputs.input_ids.data, Number);
             ({ ids, score } = await beamSearch(model, Tensor, source, decoding));
         } else {
-            const output = await model.generate({
-                ...inputs,
-                num_beams: 1,
-                do_sample: false,
-                max_new_tokens: maxOutputLength(length),
-            });
-            ids = Array.from(output.tolist()[0], Number);
+            ids = await greedyDecode(model, inputs);
         }
         const result = { text: tokenizer.decode(ids, { skip_special_tokens: true }), ids };
         if (score !== undefined) result.score = score;

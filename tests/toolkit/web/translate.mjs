@@ -15,7 +15,7 @@ const library = pathToFileURL(path.join(folder, 'node_modules/@huggingface/trans
 const { AutoModelForSeq2SeqLM, AutoTokenizer, Tensor, env } = await import(library.href);
 // The package's own beam.js, not the folder's: a model pulled from the Hub holds no page files.
 const beamModule = new URL('../../../modeling_vaswani/toolkit/web/beam.js', import.meta.url);
-const { beamSearch, maxOutputLength } = await import(beamModule.href);
+const { beamSearch, greedyDecode } = await import(beamModule.href);
 
 env.allowRemoteModels = false;
 env.localModelPath = path.dirname(folder);
@@ -28,19 +28,12 @@ const began = performance.now();
 const results = [];
 for (const line of lines) {
     const inputs = tokenizer(line);
-    const length = inputs.input_ids.dims.at(-1);
     if (mode === 'paper') {
         const source = Array.from(inputs.input_ids.data, Number);
         const found = await beamSearch(model, Tensor, source, { maxNewTokens: cap === undefined ? null : Number(cap) });
         results.push({ text: tokenizer.decode(found.ids, { skip_special_tokens: true }), ...found });
     } else {
-        const output = await model.generate({
-            ...inputs,
-            num_beams: 1,
-            do_sample: false,
-            max_new_tokens: maxOutputLength(length),
-        });
-        const ids = Array.from(output.tolist()[0], Number);
+        const ids = await greedyDecode(model, inputs);
         results.push({ text: tokenizer.decode(ids, { skip_special_tokens: true }), ids });
     }
 }
