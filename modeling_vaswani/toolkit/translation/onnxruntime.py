@@ -89,9 +89,9 @@ class OnnxSteps:
         return self.repeated
 
     def __call__(self, sequences: torch.LongTensor) -> Seq2SeqLMOutput:
-        rows = sequences.shape[0]
-        feeds = {**self.encoder_feeds(rows), "use_cache_branch": np.array([self.past is not None])}
-        if self.past is None:
+        rows, first = sequences.shape[0], self.past is None
+        feeds = {**self.encoder_feeds(rows), "use_cache_branch": np.array([not first])}
+        if first:
             feeds["input_ids"] = sequences.numpy()
             empty = np.zeros((rows, self.heads, 0, self.width), dtype=np.float32)
             feeds.update({f"past_key_values.{layer}.{p}.{k}": empty for layer in range(self.layers) for p, k in KINDS})
@@ -99,7 +99,6 @@ class OnnxSteps:
             feeds["input_ids"] = sequences[:, -1:].numpy()
             feeds.update(self.past)
         results = dict(zip(self.outputs, self.decoder.run(None, feeds), strict=True))
-        first = self.past is None
         self.past = {
             **(self.past or {}),
             **{
