@@ -8,6 +8,8 @@ sentence whose search is over leaves the batch (`may_shrink`, `leave_batch`), an
 Payload: imports only torch, transformers and its siblings.
 """
 
+from typing import NamedTuple
+
 import torch
 from torch import nn
 from transformers import generation as stock
@@ -156,6 +158,12 @@ class Recorder:
             encoder_outputs.get("hidden_states") if wanted and config.output_hidden_states else None
         )
 
+    @property
+    def records(self) -> bool:
+        """Whether anything is recorded step by step."""
+        wanted = (self.scores, self.logits, self.decoder_attentions, self.decoder_hidden_states)
+        return any(each is not None for each in wanted)
+
     def add(self, outputs, logits: torch.Tensor, scores: torch.Tensor) -> None:
         if self.scores is not None:
             self.scores += (scores.clone(),)
@@ -177,6 +185,31 @@ class Recorder:
             "cross_attentions": self.cross_attentions,
             "decoder_hidden_states": self.decoder_hidden_states,
         }
+
+
+class Shortlist(NamedTuple):
+    """A step's output where the step object ranked each row's next tokens itself (the onnxruntime engine's graphs
+    do, translation/onnxruntime.py): the `width` likeliest, best first, their `log_probs` and `tokens`, each
+    (rows, width). Section 6.1's beam keeps a sentence's 2k likeliest continuations of its k hypotheses, and each of
+    them is among its own row's 2k likeliest, so a shortlist that wide gives the search the candidates the whole
+    vocabulary gives (`search_vaswani.TopK.propose_shortlist`; ties at its edge aside), and greedy search its first.
+    Only where nothing reads the whole distribution (`shortlisted`)."""
+
+    log_probs: torch.Tensor
+    tokens: torch.Tensor
+
+
+def shortlisted(outputs, logits_processor, recorder: Recorder, config: GenerationConfig) -> bool:
+    """Whether a step gave a `Shortlist`; ValueError where the decoding needs the whole distribution."""
+    if not isinstance(outputs, Shortlist):
+        return False
+    if len(logits_processor) or recorder.records or config.do_sample:
+        raise ValueError(
+            "a step gave a Shortlist of its rows' likeliest tokens where the decoding reads the whole distribution "
+            f"(logits processors {[type(each).__name__ for each in logits_processor]}, recording "
+            f"{recorder.records}, do_sample {config.do_sample}); expected full logits from the step object"
+        )
+    return True
 
 
 def eos_token_ids(config: GenerationConfig) -> list[int]:
@@ -238,6 +271,16 @@ def leave_batch(kept: torch.Tensor, rows_per_sentence: int, steps, stopping_crit
             criteria.select(kept)
 
 
+def next_token(outputs, input_ids, logits_processor, recorder: Recorder, config, device) -> torch.Tensor:
+    """Each row's likeliest next token from the step's logits (a sampled one under `do_sample`), recorded."""
+    logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=device)
+    scores = logits_processor(input_ids, logits)
+    recorder.add(outputs, logits, scores)
+    if config.do_sample:
+        return torch.multinomial(nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    return torch.argmax(scores, dim=-1)
+
+
 def greedy_search(
     input_ids, logits_processor, stopping_criteria, config, steps, recorder, synced_gpus, streamer, shrinks
 ):
@@ -259,14 +302,11 @@ def greedy_search(
         outputs = steps(input_ids)
         if synced_gpus and done:
             continue  # forward only, in step with the other processes
-        logits = outputs.logits[:, -1].to(copy=True, dtype=torch.float32, device=device)
-        scores = logits_processor(input_ids, logits)
-        recorder.add(outputs, logits, scores)
-        del outputs
-        if config.do_sample:
-            next_tokens = torch.multinomial(nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+        if shortlisted(outputs, logits_processor, recorder, config):
+            next_tokens = outputs.tokens[:, 0].to(device)
         else:
-            next_tokens = torch.argmax(scores, dim=-1)
+            next_tokens = next_token(outputs, input_ids, logits_processor, recorder, config, device)
+        del outputs
         if pads_after_eos:
             next_tokens = next_tokens * unfinished + pad * (1 - unfinished)
         input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)

@@ -19,7 +19,15 @@ from transformers.generation import GenerateBeamEncoderDecoderOutput, StoppingCr
 from transformers.utils import logging
 
 from .compat_vaswani import CACHE
-from .decoding_vaswani import FollowsTheBatch, eos_token_ids, fill_token_id, leave_batch, peers_unfinished
+from .decoding_vaswani import (
+    FollowsTheBatch,
+    Shortlist,
+    eos_token_ids,
+    fill_token_id,
+    leave_batch,
+    peers_unfinished,
+    shortlisted,
+)
 
 logger = logging.get_logger(__name__)
 
@@ -159,6 +167,20 @@ class TopK:
         vocab_size = totals.shape[-1] // k
         return Candidates(scores, flat // vocab_size, flat % vocab_size)
 
+    def propose_shortlist(self, shortlist: Shortlist, running_scores: torch.Tensor) -> Candidates:
+        """`propose` from each row's likeliest tokens alone (decoding_vaswani.Shortlist): the same candidates, since
+        a sentence's `candidates` likeliest continuations are each among their own row's `candidates` likeliest."""
+        searching, k = running_scores.shape
+        width = shortlist.log_probs.shape[-1]
+        if width < self.candidates or self.do_sample:
+            raise ValueError(
+                f"a shortlist of {width} tokens a row (do_sample {self.do_sample}); expected at least the "
+                f"{self.candidates} candidates a sentence the beam proposes, and no sampling"
+            )
+        totals = (shortlist.log_probs.view(searching, k, width) + running_scores[:, :, None]).view(searching, -1)
+        scores, flat = torch.topk(totals, k=self.candidates)
+        return Candidates(scores, flat // width, shortlist.tokens.view(searching, -1).gather(1, flat))
+
     def choose(self, candidates: Candidates, live_scores: torch.Tensor, state: None) -> Choice:
         """`live_scores`: the candidates' log P, EXCLUDED where they end."""
         may_finish = self.first_k(live_scores)
@@ -222,14 +244,17 @@ def beam_search(
         outputs = steps(hypotheses)
         if synced_gpus and done:
             continue  # forward only, in step with the other processes
-        logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
-        log_probs = logits_processor(hypotheses, nn.functional.log_softmax(logits, dim=-1))
-        log_probs = selection.restrict(log_probs, state)
-        recorder.add(outputs, logits, log_probs)
+        if shortlisted(outputs, logits_processor, recorder, config):
+            candidates = selection.propose_shortlist(outputs, running_scores)
+        else:
+            logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
+            log_probs = logits_processor(hypotheses, nn.functional.log_softmax(logits, dim=-1))
+            log_probs = selection.restrict(log_probs, state)
+            recorder.add(outputs, logits, log_probs)
+            candidates = selection.propose(log_probs, running_scores, state)
         del outputs
 
         searching = running.shape[0]
-        candidates = selection.propose(log_probs, running_scores, state)
         extended = gather_beams(running, candidates.beam)
         extended[:, :, cur_len] = candidates.token
         extended_origins = gather_beams(running_origins, candidates.beam)

@@ -1,12 +1,20 @@
-"""The search's selections, step by step on hand-made log-probabilities: `TopK` (Section 6.1's beam) and
-`DynamicBeamAllocation` (Post and Vilar 2018). Each expected value is worked out by hand in the test; the whole
+"""The search's selections, step by step on hand-made log-probabilities: `TopK` (Section 6.1's beam, from whole rows
+or from each row's shortlist) and `DynamicBeamAllocation` (Post and Vilar 2018). Each expected value is worked out by
+hand in the test; the whole
 search against independent references is tests/model/test_paper_decoding.py's and test_constraints.py's."""
 
 import math
 
+import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import GenerationConfig
+from transformers.generation import LogitsProcessorList, MinLengthLogitsProcessor
+from transformers.modeling_outputs import BaseModelOutput
 
 from modeling_vaswani.constraints_vaswani import DynamicBeamAllocation, Progress, Standing
+from modeling_vaswani.decoding_vaswani import Recorder, Shortlist, shortlisted
 from modeling_vaswani.search_vaswani import EXCLUDED, Candidates, TopK
 
 EOS = 2
@@ -91,3 +99,69 @@ def test_selecting_sentences_keeps_their_phrases_and_standing():
     standing = Standing([[[7]], [[4, 5]], []], [[Progress(1)] * 2, [Progress(0, ((0, 1),))] * 2, [Progress()] * 2])
     kept = selection.select(standing, torch.tensor([0, 2]))
     assert kept == Standing([[[7]], []], [[Progress(1)] * 2, [Progress()] * 2])
+
+
+def test_top_k_proposes_from_a_shortlist_what_it_proposes_from_the_whole_vocabulary():
+    """One sentence, k = 2, 2 candidates, a vocabulary of 4: totals row 0 (log P -1) [-1.5, -1.1, -3, -1.3] and row 1
+    (log P -2) [-2.2, -4, -2.1, -2.3]: the 2 likeliest are -1.1 (beam 0, token 1) and -1.3 (0, 3), each among its
+    row's 2 likeliest tokens, which is all a shortlist of width 2 holds."""
+    log_probs = torch.tensor([[-0.5, -0.1, -2.0, -0.3], [-0.2, -2.0, -0.1, -0.3]])
+    top = TopK(k=2, candidates=2, do_sample=False)
+    shortlist = Shortlist(torch.tensor([[-0.1, -0.3], [-0.1, -0.2]]), torch.tensor([[1, 3], [2, 0]]))
+    candidates = top.propose_shortlist(shortlist, torch.tensor([[-1.0, -2.0]]))
+    assert torch.allclose(candidates.scores, torch.tensor([[-1.1, -1.3]]))
+    assert candidates.beam.tolist() == [[0, 0]] and candidates.token.tolist() == [[1, 3]]
+    whole = top.propose(log_probs, torch.tensor([[-1.0, -2.0]]), None)
+    assert whole.beam.tolist() == [[0, 0]] and whole.token.tolist() == [[1, 3]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    sentences=st.integers(1, 3),
+    k=st.integers(1, 4),
+    extra=st.integers(0, 12),
+    seed=st.integers(0, 2**31 - 1),
+    first_step=st.booleans(),
+)
+def test_a_shortlist_as_wide_as_the_candidates_gives_the_same_candidates(sentences, k, extra, seed, first_step):
+    """Distinct log-probabilities (a random permutation, so no ties), any beam, vocabulary and step: each row's
+    `candidates` likeliest tokens (torch.topk in the test) give the candidates the whole rows give."""
+    generator = torch.Generator().manual_seed(seed)
+    top = TopK(k=k, candidates=2 * k, do_sample=False)
+    vocab = 2 * k + extra
+    rows = sentences * k
+    log_probs = -(torch.randperm(rows * vocab, generator=generator).view(rows, vocab).float() + 1) / 7
+    running = -torch.rand(sentences, k, generator=generator) * 3
+    if first_step:
+        running[:, 1:] = EXCLUDED  # as beam_search starts: one live hypothesis a sentence
+    whole = top.propose(log_probs, running, None)
+    values, tokens = torch.topk(log_probs, 2 * k, dim=-1)
+    short = top.propose_shortlist(Shortlist(values, tokens), running)
+    assert torch.equal(short.scores, whole.scores)
+    assert torch.equal(short.beam, whole.beam) and torch.equal(short.token, whole.token)
+
+
+def test_a_shortlist_narrower_than_the_candidates_or_a_sampled_beam_is_refused():
+    shortlist = Shortlist(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"shortlist of 3 tokens a row \(do_sample False\); expected at least the 4"):
+        TopK(k=2, candidates=4, do_sample=False).propose_shortlist(shortlist, torch.zeros(1, 2))
+    with pytest.raises(ValueError, match=r"do_sample True\); expected at least the 2 candidates .* and no sampling"):
+        TopK(k=1, candidates=2, do_sample=True).propose_shortlist(shortlist, torch.zeros(2, 1))
+
+
+def test_a_shortlist_is_refused_where_the_decoding_reads_the_whole_distribution():
+    shortlist = Shortlist(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))
+    encoder = BaseModelOutput(last_hidden_state=torch.zeros(2, 1, 4))
+    plain = GenerationConfig()
+    assert shortlisted(shortlist, LogitsProcessorList(), Recorder(plain, encoder), plain)
+    assert not shortlisted(object(), LogitsProcessorList(), Recorder(plain, encoder), plain)
+    recording = GenerationConfig(return_dict_in_generate=True, output_scores=True)
+    sampling = GenerationConfig(do_sample=True)
+    processors = LogitsProcessorList([MinLengthLogitsProcessor(3, EOS)])
+    for processors_, recorder, config in (
+        (processors, Recorder(plain, encoder), plain),
+        (LogitsProcessorList(), Recorder(recording, encoder), recording),
+        (LogitsProcessorList(), Recorder(plain, encoder), sampling),
+    ):
+        with pytest.raises(ValueError, match="reads the whole distribution .* expected full logits"):
+            shortlisted(shortlist, processors_, recorder, config)

@@ -6,18 +6,24 @@ The export is built once per process (helpers/onnx_export.py): the trained tiny 
 Untrained, its translations run long (to source + 50 tokens), which the limit and the batch's shrinking must follow.
 """
 
+import numpy as np
 import pytest
+import torch
 from helpers.onnx_export import built_onnx_export
 from helpers.request_checks import counted_checks
 from helpers.training_setup import run_command
 
 pytest.importorskip("onnxruntime")
 
+import onnx  # noqa: E402
+import onnxruntime  # noqa: E402
+
+from modeling_vaswani.toolkit.checkpoints import CheckpointError  # noqa: E402
 from modeling_vaswani.toolkit.cli import evaluate, translate  # noqa: E402
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
 from modeling_vaswani.toolkit.translation.errors import RequestError  # noqa: E402
-from modeling_vaswani.toolkit.translation.onnxruntime import OnnxRuntimeModel  # noqa: E402
+from modeling_vaswani.toolkit.translation.onnxruntime import SHORTLIST, OnnxRuntimeModel, step_graphs  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate_nbest  # noqa: E402
 
@@ -110,3 +116,70 @@ def test_the_commands_run_an_export_and_refuse_what_it_cannot(loaded, tmp_path, 
         translate_sentences(engine, tokenizer, ["A man."], constraints=[["Mann"]], progress=False)
     with pytest.raises(ValueError, match="paper_decoding=False: the onnxruntime engine decodes as Section 6.1"):
         translate_sentences(engine, tokenizer, ["A man."], paper_decoding=False, progress=False)
+
+
+def test_target_prefixes_run_on_the_whole_distribution_as_pytorch_s(loaded, sentences):
+    """A target prefix rules tokens out of the whole vocabulary, so the engine's steps give their logits, not a
+    shortlist: the translations are PyTorch's with the same prefixes, beam and greedy."""
+    _, _, (model, tokenizer), (engine, _) = loaded
+    prefixes = ["Ein", "", "Zwei Männer", "Der"]
+    for beams in (4, 1):
+        options = {**SHORT, "num_beams": beams, "batch_size": 4, "target_prefixes": prefixes}
+        ours = translate_sentences(model, tokenizer, sentences[:4], **options)
+        assert translate_sentences(engine, tokenizer, sentences[:4], **options) == ours
+        assert ours[0].startswith("Ein") and ours[2].startswith("Zwei Männer")
+
+
+def test_the_step_graphs_compute_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
+    """The engine's two step graphs against the exported merged decoder run by a session of the test's own, on a
+    first step and a cached one (its cache the first step's presents): the same logits and presents, and each row's
+    5 likeliest tokens and log-probabilities are torch's topk of log_softmax over the merged graph's logits."""
+    _, folder, _, (engine, _) = loaded
+    merged = onnxruntime.InferenceSession(str(folder / "onnx" / "decoder_model_merged.onnx"))
+    names = [output.name for output in merged.get_outputs()]
+    settings = engine.export.settings
+    rows, length, width = 3, 5, 5
+    heads, head_width = settings["num_heads"], settings["head_width"]
+    generator = np.random.default_rng(0)
+    states = generator.standard_normal((rows, length, heads * head_width)).astype(np.float32)
+    mask = np.ones((rows, length), dtype=np.int64)
+    mask[1, 3:] = 0  # a padded source
+    empty = np.zeros((rows, heads, 0, head_width), dtype=np.float32)
+    pasts = [name.replace("present", "past_key_values") for name in names[1:]]
+    feeds = {
+        "input_ids": np.full((rows, 1), engine.generation_config.decoder_start_token_id, dtype=np.int64),
+        "encoder_attention_mask": mask,
+        "encoder_hidden_states": states,
+        "use_cache_branch": np.array([False]),
+        **dict.fromkeys(pasts, empty),
+    }
+    first = dict(zip(names, merged.run(None, feeds), strict=True))
+    later_feeds = {**feeds, "input_ids": np.array([[5], [6], [7]]), "use_cache_branch": np.array([True])}
+    later_feeds.update(zip(pasts, (first[name] for name in names[1:]), strict=True))
+    later = dict(zip(names, merged.run(None, later_feeds), strict=True))
+    graphs = step_graphs(folder / "onnx" / "decoder_model_merged.onnx")
+    for cached, step_feeds, expected in ((False, feeds, first), (True, later_feeds, later)):
+        session = onnxruntime.InferenceSession(graphs[cached])
+        wanted = {value.name for value in session.get_inputs()}
+        given = {**step_feeds, "shortlist_width": np.array([width])}
+        results = dict(zip([*names, *SHORTLIST], session.run([*names, *SHORTLIST], {
+            name: value for name, value in given.items() if name in wanted
+        }), strict=True))  # fmt: skip
+        for name in names:
+            np.testing.assert_allclose(results[name], expected[name], atol=1e-5, err_msg=f"{name}, cached {cached}")
+        values, tokens = torch.topk(torch.log_softmax(torch.from_numpy(expected["logits"][:, -1]), dim=-1), width)
+        assert torch.equal(torch.from_numpy(results[SHORTLIST[1]][:, -1]), tokens)
+        np.testing.assert_allclose(results[SHORTLIST[0]][:, -1], values.numpy(), atol=1e-5)
+
+
+def test_a_decoder_that_is_not_the_merged_one_is_refused_naming_the_file(tmp_path):
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["x"], ["y"])],
+        "not merged",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
+    )
+    path = tmp_path / "decoder_model_merged.onnx"
+    onnx.save(onnx.helper.make_model(graph), path)
+    with pytest.raises(CheckpointError, match=rf"^{path}: a graph of \['Identity'\]; expected the merged decoder"):
+        step_graphs(path)
