@@ -11,7 +11,6 @@ onnxruntime is an optional extra: importing this module without it raises an Imp
 it.
 """
 
-import copy
 from pathlib import Path
 
 try:
@@ -58,61 +57,30 @@ SHORTLIST_WIDTH = "shortlist_width"  # the step graphs' input: how many tokens a
 SHORTLIST = ("shortlist_log_probs", "shortlist_tokens")
 
 
-def step_graphs(path: Path) -> dict[bool, bytes]:
-    """The merged decoder's two branches (interop/onnx.py's `merged_decoder`: True with a cache, False the first
-    step) as graphs of their own, identical to the branches except:
-    - no If node around them: onnxruntime copies every output of a branch out of its If at each run (0.6 of the
-      decoder's 3.3 s on 300 test2016 lines, beam 4, 2,000-token batches);
-    - each also gives each row's `shortlist_width` likeliest tokens and their log-probabilities (LogSoftmax, TopK,
-      ONNX's ops), so a step may hand the search (rows, width) numbers rather than (rows, vocabulary).
-    The export itself stays as transformers.js reads it; this is the engine's reading of it."""
+def step_graph(path: Path) -> bytes:
+    """The merged decoder as the engine runs it: identical to the export's except that it also gives each row's
+    `shortlist_width` likeliest next tokens and their log-probabilities (ONNX's LogSoftmax and TopK on its logits),
+    so that a step may hand the search (rows, width) numbers rather than (rows, vocabulary): the logits' copy out of
+    the If and the session, and the search's log-softmax and top-k over them, were a quarter of a translation's time
+    (4.63 -> 4.16 s, 300 test2016 lines, beam 4, 2,000-token batches). The export itself stays as transformers.js
+    reads it; one session, so the weights are held once (the two branches as graphs of their own were as fast and
+    held the decoder's weights twice: +177 MB for a base-sized decoder of 194 MB)."""
     model = onnx.load(str(path))
-    nodes = list(model.graph.node)
-    if len(nodes) != 1 or nodes[0].op_type != "If":
+    if "logits" not in [output.name for output in model.graph.output]:
         raise CheckpointError(
-            f"{path}: a graph of {[node.op_type for node in nodes][:5]}; expected the merged decoder "
-            "vaswani-export-onnx writes, one If node on use_cache_branch (export the checkpoint again?)"
+            f"{path}: a graph without a logits output; expected the merged decoder vaswani-export-onnx writes "
+            "(export the checkpoint again?)"
         )
-    merged, branches = nodes[0], {attribute.name: attribute.g for attribute in nodes[0].attribute}
-    return {
-        with_past: branch_graph(model, merged, branches[name])
-        for with_past, name in ((True, "then_branch"), (False, "else_branch"))
-    }
-
-
-def branch_graph(model: "onnx.ModelProto", merged: "onnx.NodeProto", branch: "onnx.GraphProto") -> bytes:
-    """One branch of the merged decoder as a model: its nodes, the outer inputs and weights it reads, its outputs
-    under the If's names, and the shortlist after its logits."""
-    renamed = dict(zip((output.name for output in branch.output), merged.output, strict=True))
-    nodes = [copy_node(node, renamed) for node in branch.node]
-    read = {name for node in nodes for name in node.input}
-    logits = renamed[branch.output[0].name]
-    nodes += [
-        onnx.helper.make_node("LogSoftmax", [logits], ["shortlist/log_probs"], axis=-1),
+    model.graph.node.extend([
+        onnx.helper.make_node("LogSoftmax", ["logits"], ["shortlist/log_probs"], axis=-1),
         onnx.helper.make_node("TopK", ["shortlist/log_probs", SHORTLIST_WIDTH], list(SHORTLIST), axis=-1),
-    ]
-    outputs = list(model.graph.output)  # the If's outputs are the merged graph's
-    outputs += [onnx.helper.make_tensor_value_info(SHORTLIST[0], onnx.TensorProto.FLOAT, None)]
-    outputs += [onnx.helper.make_tensor_value_info(SHORTLIST[1], onnx.TensorProto.INT64, None)]
-    inputs = [value for value in model.graph.input if value.name in read]
-    inputs.append(onnx.helper.make_tensor_value_info(SHORTLIST_WIDTH, onnx.TensorProto.INT64, [1]))
-    graph = onnx.helper.make_graph(
-        nodes,
-        f"{model.graph.name}/{branch.name}",
-        inputs,
-        outputs,
-        [weight for weight in model.graph.initializer if weight.name in read] + list(branch.initializer),
-        value_info=branch.value_info,
-    )
-    made = onnx.helper.make_model(graph, opset_imports=model.opset_import, ir_version=model.ir_version)
-    return made.SerializeToString()
-
-
-def copy_node(node: "onnx.NodeProto", renamed: dict[str, str]) -> "onnx.NodeProto":
-    node = copy.deepcopy(node)
-    node.input[:] = [renamed.get(name, name) for name in node.input]
-    node.output[:] = [renamed.get(name, name) for name in node.output]
-    return node
+    ])  # fmt: skip
+    model.graph.input.append(onnx.helper.make_tensor_value_info(SHORTLIST_WIDTH, onnx.TensorProto.INT64, [1]))
+    model.graph.output.extend([
+        onnx.helper.make_tensor_value_info(SHORTLIST[0], onnx.TensorProto.FLOAT, None),
+        onnx.helper.make_tensor_value_info(SHORTLIST[1], onnx.TensorProto.INT64, None),
+    ])  # fmt: skip
+    return model.SerializeToString()
 
 
 def rows_of(array: np.ndarray, rows: torch.Tensor) -> np.ndarray:
@@ -122,29 +90,28 @@ def rows_of(array: np.ndarray, rows: torch.Tensor) -> np.ndarray:
 
 
 class OnnxSteps:
-    """The decoding loop's step object (as `decoding_vaswani.DecoderSteps` is for PyTorch): each call runs a step
-    graph (`step_graphs`: the first step's, then the cached one's) on the hypotheses' last tokens with the cache,
-    `reorder` moves the self-attention cache to the chosen beams, `select` keeps the sentences still searching. A
-    step gives its rows' `shortlist` likeliest tokens (decoding_vaswani.Shortlist) where it is set, else the logits.
-    The encoder output is one row a sentence (`encoder_outputs`, which the one-beam loop counts sentences by),
-    repeated for its hypotheses at the first step and kept so until a sentence leaves; the encoder-decoder
-    attention's keys and values, computed at the first step, are kept (the later steps' encoder presents are empty,
-    interop/onnx.py's `merged_decoder`; an export that passed them through gives the same tensors)."""
+    """The decoding loop's step object (as `decoding_vaswani.DecoderSteps` is for PyTorch): each call runs the merged
+    decoder (`step_graph`) on the hypotheses' last tokens with the cache, `reorder` moves the self-attention cache to
+    the chosen beams, `select` keeps the sentences still searching. A step gives its rows' `shortlist` likeliest
+    tokens (decoding_vaswani.Shortlist) where that is set, else the logits. The encoder output is one row a sentence
+    (`encoder_outputs`, which the one-beam loop counts sentences by), repeated for its hypotheses at the first step
+    and kept so until a sentence leaves; the encoder-decoder attention's keys and values, computed at the first step,
+    are kept (the later steps' encoder presents are empty, interop/onnx.py's `merged_decoder`; an export that passed
+    them through gives the same tensors)."""
 
     cache = None  # no PyTorch cache to return
 
-    def __init__(self, steps: dict, states: np.ndarray, mask: np.ndarray, layers: int, shortlist: int | None):
-        self.steps, self.layers = steps, layers
+    def __init__(self, decoder, states: np.ndarray, mask: np.ndarray, layers: int, shape, shortlist: int | None):
+        self.decoder, self.layers, self.heads, self.width = decoder, layers, *shape
         self.encoder_outputs = BaseModelOutput(last_hidden_state=torch.from_numpy(states))
         self.mask = mask
         self.shortlist = shortlist
-        self.width = np.array([shortlist or 1], dtype=np.int64)
+        self.shortlist_width = np.array([shortlist or 1], dtype=np.int64)
         self.repeated = None  # the encoder feeds, repeated for the rows of a step
         self.past = None  # name -> array, KINDS a layer
         presents = [f"present.{layer}.{part}.{kind}" for layer in range(layers) for part, kind in KINDS]
         ranked = list(SHORTLIST) if shortlist else ["logits"]
         self.outputs = {False: ranked + presents, True: ranked + [name for name in presents if ".decoder." in name]}
-        self.inputs = {cached: {value.name for value in steps[cached].get_inputs()} for cached in (False, True)}
 
     def encoder_feeds(self, rows: int) -> dict[str, np.ndarray]:
         """The encoder states and mask, one row a hypothesis: repeated when the rows change (the first step, a
@@ -160,18 +127,23 @@ class OnnxSteps:
 
     def __call__(self, sequences: torch.LongTensor) -> Seq2SeqLMOutput | Shortlist:
         rows, cached = sequences.shape[0], self.past is not None
-        feeds = {**self.encoder_feeds(rows), SHORTLIST_WIDTH: self.width, **(self.past or {})}
-        feeds["input_ids"] = sequences[:, -1:].numpy() if cached else sequences.numpy()
-        feeds = {name: value for name, value in feeds.items() if name in self.inputs[cached]}
+        feeds = {**self.encoder_feeds(rows), "use_cache_branch": np.array([cached])}
+        feeds[SHORTLIST_WIDTH] = self.shortlist_width
+        if cached:
+            feeds["input_ids"] = sequences[:, -1:].numpy()
+            feeds.update(self.past)
+        else:
+            feeds["input_ids"] = sequences.numpy()
+            empty = np.zeros((rows, self.heads, 0, self.width), dtype=np.float32)
+            feeds.update({f"past_key_values.{layer}.{p}.{k}": empty for layer in range(self.layers) for p, k in KINDS})
         names = self.outputs[cached]
-        results = dict(zip(names, self.steps[cached].run(names, feeds), strict=True))
+        results = dict(zip(names, self.decoder.run(names, feeds), strict=True))
         self.past = {
             **(self.past or {}),
             **{name.replace("present", "past_key_values"): value for name, value in results.items() if "." in name},
         }
         if self.shortlist:
-            log_probs, tokens = (torch.from_numpy(results[name][:, -1]) for name in SHORTLIST)
-            return Shortlist(log_probs, tokens)
+            return Shortlist(*(torch.from_numpy(results[name][:, -1]) for name in SHORTLIST))
         return Seq2SeqLMOutput(logits=torch.from_numpy(results["logits"][:, -1:]))
 
     def reorder(self, rows: torch.Tensor) -> None:
@@ -213,13 +185,10 @@ class OnnxRuntimeModel(ExportedModel):
         self.export = export or validate_onnx(folder, quantized)
         settings, generation = self.export.settings, self.export.generation_config
         self.encoder = session(self.export.encoder, threads)
-        self.steps = {
-            cached: session(self.export.decoder, threads, graph)
-            for cached, graph in step_graphs(self.export.decoder).items()
-        }
+        self.decoder = session(self.export.decoder, threads, step_graph(self.export.decoder))
         self.config = OnnxConfig(settings["max_position_embeddings"])
         self.position_rows = settings["position_rows"]
-        self.layers = settings["decoder_layers"]
+        self.layers, self.shape = settings["decoder_layers"], (settings["num_heads"], settings["head_width"])
         self.vocab_size = settings["vocab_size"]
         self.generation_config = generation
         self.num_beams = generation.num_beams
@@ -308,7 +277,7 @@ class OnnxRuntimeModel(ExportedModel):
         # whole distribution where a target prefix rules tokens out (or the vocabulary is no wider).
         shortlist = TopK.of(config).candidates if beams > 1 else 1
         shortlist = None if processors or shortlist >= self.vocab_size else shortlist
-        steps = OnnxSteps(self.steps, states, mask, self.layers, shortlist)
+        steps = OnnxSteps(self.decoder, states, mask, self.layers, self.shape, shortlist)
         rows = max(beams, nbest)
         start = torch.full((len(ids) * rows, 1), self.generation_config.decoder_start_token_id, dtype=torch.long)
         recorder = Recorder(GenerationConfig(), steps.encoder_outputs)  # nothing recorded step by step

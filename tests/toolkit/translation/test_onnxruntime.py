@@ -23,7 +23,7 @@ from modeling_vaswani.toolkit.cli import evaluate, translate  # noqa: E402
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
 from modeling_vaswani.toolkit.translation.errors import RequestError  # noqa: E402
-from modeling_vaswani.toolkit.translation.onnxruntime import SHORTLIST, OnnxRuntimeModel, step_graphs  # noqa: E402
+from modeling_vaswani.toolkit.translation.onnxruntime import SHORTLIST, OnnxRuntimeModel, step_graph  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate_nbest  # noqa: E402
 
@@ -130,12 +130,13 @@ def test_target_prefixes_run_on_the_whole_distribution_as_pytorch_s(loaded, sent
         assert ours[0].startswith("Ein") and ours[2].startswith("Zwei Männer")
 
 
-def test_the_step_graphs_compute_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
-    """The engine's two step graphs against the exported merged decoder run by a session of the test's own, on a
-    first step and a cached one (its cache the first step's presents): the same logits and presents, and each row's
-    5 likeliest tokens and log-probabilities are torch's topk of log_softmax over the merged graph's logits."""
+def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
+    """The engine's step graph against the exported merged decoder run by a session of the test's own, on a first
+    step and a cached one (its cache the first step's presents): the same logits and presents, and each row's 5
+    likeliest tokens and log-probabilities are torch's topk of log_softmax over the merged graph's logits."""
     _, folder, _, (engine, _) = loaded
-    merged = onnxruntime.InferenceSession(str(folder / "onnx" / "decoder_model_merged.onnx"))
+    path = folder / "onnx" / "decoder_model_merged.onnx"
+    merged = onnxruntime.InferenceSession(str(path))
     names = [output.name for output in merged.get_outputs()]
     settings = engine.export.settings
     rows, length, width = 3, 5, 5
@@ -157,29 +158,25 @@ def test_the_step_graphs_compute_the_merged_decoders_steps_and_each_rows_shortli
     later_feeds = {**feeds, "input_ids": np.array([[5], [6], [7]]), "use_cache_branch": np.array([True])}
     later_feeds.update(zip(pasts, (first[name] for name in names[1:]), strict=True))
     later = dict(zip(names, merged.run(None, later_feeds), strict=True))
-    graphs = step_graphs(folder / "onnx" / "decoder_model_merged.onnx")
-    for cached, step_feeds, expected in ((False, feeds, first), (True, later_feeds, later)):
-        session = onnxruntime.InferenceSession(graphs[cached])
-        wanted = {value.name for value in session.get_inputs()}
+    session = onnxruntime.InferenceSession(step_graph(path))
+    for step_feeds, expected in ((feeds, first), (later_feeds, later)):
         given = {**step_feeds, "shortlist_width": np.array([width])}
-        results = dict(zip([*names, *SHORTLIST], session.run([*names, *SHORTLIST], {
-            name: value for name, value in given.items() if name in wanted
-        }), strict=True))  # fmt: skip
+        results = dict(zip([*names, *SHORTLIST], session.run([*names, *SHORTLIST], given), strict=True))
         for name in names:
-            np.testing.assert_allclose(results[name], expected[name], atol=1e-5, err_msg=f"{name}, cached {cached}")
+            np.testing.assert_allclose(results[name], expected[name], atol=1e-5, err_msg=name)
         values, tokens = torch.topk(torch.log_softmax(torch.from_numpy(expected["logits"][:, -1]), dim=-1), width)
         assert torch.equal(torch.from_numpy(results[SHORTLIST[1]][:, -1]), tokens)
         np.testing.assert_allclose(results[SHORTLIST[0]][:, -1], values.numpy(), atol=1e-5)
 
 
-def test_a_decoder_that_is_not_the_merged_one_is_refused_naming_the_file(tmp_path):
+def test_a_decoder_without_logits_is_refused_naming_the_file(tmp_path):
     graph = onnx.helper.make_graph(
         [onnx.helper.make_node("Identity", ["x"], ["y"])],
-        "not merged",
+        "not a decoder",
         [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1])],
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1])],
     )
     path = tmp_path / "decoder_model_merged.onnx"
     onnx.save(onnx.helper.make_model(graph), path)
-    with pytest.raises(CheckpointError, match=rf"^{path}: a graph of \['Identity'\]; expected the merged decoder"):
-        step_graphs(path)
+    with pytest.raises(CheckpointError, match=rf"^{path}: a graph without a logits output; expected the merged"):
+        step_graph(path)
