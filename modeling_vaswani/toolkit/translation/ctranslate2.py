@@ -115,21 +115,6 @@ class CTranslate2Model(ExportedModel):
         )
         return [list(result.log_probs) for result in results]
 
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        paper_decoding: bool = True,
-        num_beams: int | None = None,
-        max_new_tokens: int | None = None,
-        target_prefix: list[list[int]] | None = None,
-    ) -> list[list[int]]:
-        """The output token ids of each row, `</s>` included where it was generated: the best of `generate_nbest`."""
-        rows = self.generate_checked_nbest(
-            input_ids, attention_mask, 1, paper_decoding, num_beams, max_new_tokens, target_prefix
-        )  # fmt: skip
-        return [hypotheses[0][0] for hypotheses in rows]
-
     def generate_checked_nbest(
         self,
         input_ids: torch.Tensor,

@@ -171,9 +171,9 @@ class OnnxConfig:
 
 class OnnxRuntimeModel(ExportedModel):
     """An ONNX export behind the part of a model's interface that `translation.translate.translate` uses: `generate`
-    and `generate_nbest` (ExportedModel's; `generate_checked_nbest` for a request checked already) on a padded batch
-    of token ids, with Section 6.1's decoding (the payload's search, see the module's doc). The folder's files are
-    checked first (`checkpoints.validate_onnx`, unless an `export` it gave is passed); `quantized` runs the int8
+    and `generate_nbest` (ExportedModel's, over `generate_checked_nbest`, for a request checked already) on a padded
+    batch of token ids, with Section 6.1's decoding (the payload's search, see the module's doc). The folder's files
+    are checked first (`checkpoints.validate_onnx`, unless an `export` it gave is passed); `quantized` runs the int8
     variant (onnx/*_quantized.onnx). `threads`: onnxruntime's intra-op threads (None: its default, one a core)."""
 
     device = torch.device("cpu")
@@ -199,19 +199,6 @@ class OnnxRuntimeModel(ExportedModel):
     def eval(self) -> "OnnxRuntimeModel":
         return self
 
-    def generate(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor | None = None,
-        paper_decoding: bool = True,
-        num_beams: int | None = None,
-        max_new_tokens: int | None = None,
-        target_prefix: list[list[int]] | None = None,
-    ) -> torch.Tensor:
-        """The output token ids of each row (the decoder start token first, padded), as generate() returns them:
-        the best of each sentence's search."""
-        return self.search(input_ids, attention_mask, 1, paper_decoding, num_beams, max_new_tokens, target_prefix)[0]
-
     def generate_checked_nbest(
         self,
         input_ids: torch.Tensor,
@@ -221,9 +208,10 @@ class OnnxRuntimeModel(ExportedModel):
         num_beams: int | None = None,
         max_new_tokens: int | None = None,
         target_prefix: list[list[int]] | None = None,
-    ) -> list[list[tuple[list[int], float]]]:
+    ) -> list[list[tuple[list[int], float | None]]]:
         """Each row's `nbest` best hypotheses, best first: their output token ids (`</s>` included where generated)
-        and the score the search ranked them by, log P(Y|X) / lp(Y) with GNMT's lp. `nbest` is not checked against
+        and the score the search ranked them by, log P(Y|X) / lp(Y) with GNMT's lp (None greedy: one hypothesis a
+        sentence, nothing ranked). `nbest` is not checked against
         the beam here: a translating entry's request was checked once by its front end
         (`request.TranslationRequest.check`), a direct call by `generate_nbest`."""
         sequences, scores = self.search(
@@ -235,7 +223,7 @@ class OnnxRuntimeModel(ExportedModel):
             for index in range(number * nbest, (number + 1) * nbest):
                 ids = sequences[index, 1:].tolist()
                 ids = ids[: ids.index(self.eos_token_id) + 1] if self.eos_token_id in ids else ids
-                hypotheses.append((ids, float(scores[index])))
+                hypotheses.append((ids, None if scores is None else float(scores[index])))
             rows.append(hypotheses)
         return rows
 

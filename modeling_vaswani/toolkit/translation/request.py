@@ -156,29 +156,25 @@ def check_nbest(engine: type[Engine], nbest: int, num_beams: int) -> CheckedRequ
 
 
 class ExportedModel:
-    """What the exported engines' models (`ctranslate2.CTranslate2Model`, `onnxruntime.OnnxRuntimeModel`) share: an
-    n-best list asked directly, checked as a request's (`check_nbest`) before the subclass's
-    `generate_checked_nbest`. A subclass names its engine (`engine`, a key of engines.ENGINES) and its `num_beams`."""
+    """What the exported engines' models (`ctranslate2.CTranslate2Model`, `onnxruntime.OnnxRuntimeModel`) share
+    around the one method each writes, `generate_checked_nbest(input_ids, attention_mask, nbest, paper_decoding,
+    num_beams, max_new_tokens, target_prefix)` (each row's `nbest` best hypotheses, as (output ids, score) pairs):
+    `generate`, its best hypotheses, and `generate_nbest`, an n-best list asked directly, checked as a request's
+    (`check_nbest`) first. A subclass names its engine (`engine`, a key of engines.ENGINES) and its `num_beams`."""
 
     engine: str
     num_beams: int
 
-    def generate_nbest(
-        self,
-        input_ids,
-        attention_mask=None,
-        nbest: int = 1,
-        paper_decoding: bool = True,
-        num_beams: int | None = None,
-        max_new_tokens: int | None = None,
-        target_prefix: list[list[int]] | None = None,
-    ) -> list[list[tuple[list[int], float]]]:
+    def generate(self, input_ids, attention_mask=None, **options) -> list[list[int]]:
+        """Each row's output token ids (`</s>` included where it was generated): its best hypothesis."""
+        rows = self.generate_checked_nbest(input_ids, attention_mask, 1, **options)
+        return [hypotheses[0][0] for hypotheses in rows]
+
+    def generate_nbest(self, input_ids, attention_mask=None, nbest: int = 1, **options):
         """`generate_checked_nbest`, `nbest` checked first: refused where it is past the beam (`num_beams`, else the
         export's) or the search is not a beam search."""
-        check_nbest(ENGINES[self.engine], nbest, num_beams or self.num_beams)
-        return self.generate_checked_nbest(
-            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
-        )  # fmt: skip
+        check_nbest(ENGINES[self.engine], nbest, options.get("num_beams") or self.num_beams)
+        return self.generate_checked_nbest(input_ids, attention_mask, nbest, **options)
 
 
 def checked(request: TranslationRequest) -> CheckedRequest:
