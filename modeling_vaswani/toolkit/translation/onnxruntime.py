@@ -53,7 +53,7 @@ def session(path: Path, threads: int | None, graph: bytes | None = None) -> "onn
         ) from error
 
 
-SHORTLIST_WIDTH = "shortlist_width"  # the step graphs' input: how many tokens a row they rank (decoding.Shortlist)
+SHORTLIST_WIDTH = "shortlist_width"  # step_graph's input: how many tokens a row it ranks (decoding_vaswani.Shortlist)
 SHORTLIST = ("shortlist_log_probs", "shortlist_tokens")
 
 
@@ -140,7 +140,11 @@ class OnnxSteps:
         results = dict(zip(names, self.decoder.run(names, feeds), strict=True))
         self.past = {
             **(self.past or {}),
-            **{name.replace("present", "past_key_values"): value for name, value in results.items() if "." in name},
+            **{
+                name.replace("present", "past_key_values"): value
+                for name, value in results.items()
+                if name.startswith("present.")
+            },
         }
         if self.shortlist:
             return Shortlist(*(torch.from_numpy(results[name][:, -1]) for name in SHORTLIST))
