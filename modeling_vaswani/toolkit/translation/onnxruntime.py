@@ -267,7 +267,8 @@ class OnnxRuntimeModel(ExportedModel):
         )
         # Each row's likeliest tokens, as many as the beam's candidates a sentence (TopK.of: 2k), greedy's first; the
         # whole distribution where a target prefix rules tokens out (or the vocabulary is no wider).
-        shortlist = TopK.of(config).candidates if beams > 1 else 1
+        selection = TopK.of(config)
+        shortlist = selection.candidates if beams > 1 else 1
         shortlist = None if processors or shortlist >= self.vocab_size else shortlist
         steps = OnnxSteps(self.decoder, states, mask, self.layers, self.shape, shortlist)
         rows = max(beams, nbest)
@@ -277,5 +278,5 @@ class OnnxRuntimeModel(ExportedModel):
             sequences = greedy_search(start, processors, criteria, config, steps, recorder, False, None, True)
             return sequences, None
         config.output_scores = config.return_dict_in_generate = True  # the finished hypotheses' scores
-        output = beam_search(start, processors, criteria, config, steps, recorder, False, True, TopK.of(config))
+        output = beam_search(start, processors, criteria, config, steps, recorder, False, True, selection)
         return output.sequences, output.sequences_scores
