@@ -101,7 +101,7 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
     command = [
         sys.executable, str(SCRIPT), "--model", str(checkpoint), "--test_sets", "test2016",
         "--engines", "pytorch-paper", "marian", "ct2-float32", "--decodings", "beam",
-        "--batches", "sentences:3", "tokens:200", "--sentences", "7", "--threads", "1", "--json", str(output),
+        "--batches", "tokens:200", "--sentences", "7", "--threads", "1", "--json", str(output),
         "--layouts", "lines", "paragraphs",
     ]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=900)
@@ -111,7 +111,7 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
     assert set(every) == {
         (layout, b, e)
         for layout in ("lines", "paragraphs")
-        for b in ("sentences:3", "tokens:200")
+        for b in ("tokens:200",)
         for e in ("pytorch-paper", "marian", "ct2-float32")
     }
     assert all("error" not in row for row in every.values()), every
@@ -119,7 +119,7 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
 
     sources, references = real_text.test_set("test2016", 7)
     model, tokenizer = load_model_and_tokenizer(str(checkpoint))
-    expected = translate(model, tokenizer, sources, batch_size=3, progress=False, num_beams=4, split_sentences=False)
+    expected = translate(model, tokenizer, sources, max_tokens=200, progress=False, num_beams=4, split_sentences=False)
     reference_tokenizer = AutoTokenizer.from_pretrained(str(checkpoint))
     for (batch, engine), row in rows.items():
         translations = row["translations"]
@@ -151,8 +151,8 @@ def test_quick_run_reports_what_each_engine_translates(checkpoint, tmp_path):
             assert len(translations) == 3
             counted = sum(len(reference_tokenizer(t, add_special_tokens=False)["input_ids"]) for t in translations)
             assert row["tokens_per_s"] / row["sentences_per_s"] == pytest.approx(counted / 7)  # the set's sentences
-    assert every[("paragraphs", "sentences:3", "pytorch-paper")]["translations"] == translate(
-        model, tokenizer, joined, batch_size=3, progress=False, num_beams=4, split_sentences=True
+    assert every[("paragraphs", "tokens:200", "pytorch-paper")]["translations"] == translate(
+        model, tokenizer, joined, max_tokens=200, progress=False, num_beams=4, split_sentences=True
     )
     table = result.stdout
     assert "| test2016 | lines | beam | tokens:200 | ct2-float32 |" in table and "| chrF2 | paper ÷ engine" in table

@@ -115,7 +115,7 @@ class CTranslate2Model(ExportedModel):
         )
         return [list(result.log_probs) for result in results]
 
-    def generate_checked_nbest(
+    def nbest_hypotheses(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,

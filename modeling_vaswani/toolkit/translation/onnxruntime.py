@@ -203,7 +203,7 @@ class OnnxRuntimeModel(ExportedModel):
     def eval(self) -> "OnnxRuntimeModel":
         return self
 
-    def generate_checked_nbest(
+    def nbest_hypotheses(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor | None = None,

@@ -155,15 +155,33 @@ def check_nbest(engine: type[Engine], nbest: int, num_beams: int) -> CheckedRequ
     return TranslationRequest(nbest=nbest, num_beams=num_beams).check(engine)
 
 
+# generate()'s options that the exported engines' searches take, beside the batch and `nbest`.
+EXPORTED_OPTIONS = ("paper_decoding", "num_beams", "max_new_tokens", "target_prefix")
+
+
 class ExportedModel:
     """What the exported engines' models (`ctranslate2.CTranslate2Model`, `onnxruntime.OnnxRuntimeModel`) share
-    around the one method each writes, `generate_checked_nbest(input_ids, attention_mask, nbest, paper_decoding,
+    around the one method each writes, `nbest_hypotheses(input_ids, attention_mask, nbest, paper_decoding,
     num_beams, max_new_tokens, target_prefix)` (each row's `nbest` best hypotheses, as (output ids, score) pairs):
+    `generate_checked_nbest`, the call every translating entry makes (the options checked, the request not again),
     `generate`, its best hypotheses, and `generate_nbest`, an n-best list asked directly, checked as a request's
     (`check_nbest`) first. A subclass names its engine (`engine`, a key of engines.ENGINES) and its `num_beams`."""
 
     engine: str
     num_beams: int
+
+    def generate_checked_nbest(self, input_ids, attention_mask=None, nbest: int = 1, **options):
+        """Each row's `nbest` best hypotheses (`nbest_hypotheses`, the engine's search), after the one check of the
+        options a call gives: an option the exported engines' search does not take (generate()'s others:
+        early_stopping, do_sample, max_length, ...) is refused by name before any work, not met by a TypeError."""
+        if unknown := sorted(set(options) - set(EXPORTED_OPTIONS)):
+            given = ", ".join(f"{name}={options[name]!r}" for name in unknown)
+            raise ValueError(
+                f"{given}: the {ENGINES[self.engine].title} engine's search takes {', '.join(EXPORTED_OPTIONS)} "
+                "only; expected those, or the checkpoint it was exported from on the PyTorch engine for generate()'s "
+                "other options"
+            )
+        return self.nbest_hypotheses(input_ids, attention_mask, nbest, **options)
 
     def generate(self, input_ids, attention_mask=None, **options) -> list[list[int]]:
         """Each row's output token ids (`</s>` included where it was generated): its best hypothesis."""

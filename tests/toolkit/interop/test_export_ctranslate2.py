@@ -12,7 +12,7 @@ import sys
 
 import pytest
 import torch
-from helpers.request_checks import counted_checks
+from helpers.request_checks import OTHER_OPTIONS, counted_checks, other_options_are_refused
 from helpers.tiny_models import EOS, padded_batch, tiny_model
 from helpers.training_setup import command, run_command, tiny_checkpoint
 
@@ -376,3 +376,10 @@ def test_target_prefixes_start_the_hypotheses_and_scores_count_them(tmp_path, pa
             penalty = ((5 + n) / 6) ** ALPHA if paper_decoding else n**ALPHA
             log_p = token_log_probs(model, ids[row][mask[row].bool()], output).sum().item()
             assert hypothesis_score == pytest.approx(log_p / penalty, abs=1e-4), (row, output)
+
+
+@pytest.mark.parametrize("options", OTHER_OPTIONS, ids=lambda options: ",".join(options))
+def test_generate_options_the_search_does_not_take_are_refused_by_name(export_folder, options):
+    """As the onnxruntime engine's (the one check is ExportedModel's): before it, a TypeError from the call."""
+    engine, tokenizer = load_translator(str(export_folder))
+    other_options_are_refused(engine, tokenizer, SENTENCES[:2], options)

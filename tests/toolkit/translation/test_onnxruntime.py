@@ -6,12 +6,16 @@ The export is built once per process (helpers/onnx_export.py): the trained tiny 
 Untrained, its translations run long (to source + 50 tokens), which the limit and the batch's shrinking must follow.
 """
 
+import re
+
 import numpy as np
 import pytest
 import torch
 from helpers.onnx_export import built_onnx_export
-from helpers.request_checks import counted_checks
+from helpers.request_checks import OTHER_OPTIONS, counted_checks, other_options_are_refused
 from helpers.training_setup import run_command
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("onnxruntime")
 
@@ -24,6 +28,7 @@ from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences
 from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
 from modeling_vaswani.toolkit.translation.errors import RequestError  # noqa: E402
 from modeling_vaswani.toolkit.translation.onnxruntime import SHORTLIST, OnnxRuntimeModel, step_graph  # noqa: E402
+from modeling_vaswani.toolkit.translation.request import EXPORTED_OPTIONS  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate_nbest  # noqa: E402
 
@@ -180,3 +185,22 @@ def test_a_decoder_without_logits_is_refused_naming_the_file(tmp_path):
     onnx.save(onnx.helper.make_model(graph), path)
     with pytest.raises(CheckpointError, match=rf"^{path}: a graph without a logits output; expected the merged"):
         step_graph(path)
+
+
+@pytest.mark.parametrize("options", OTHER_OPTIONS, ids=lambda options: ",".join(options))
+def test_generate_options_the_search_does_not_take_are_refused_by_name(loaded, sentences, options):
+    """Before this check (2026-11-29) translate(..., early_stopping=True) on the engine met a TypeError from deep in
+    the call; now every entry refuses such options by name before the search runs."""
+    other_options_are_refused(*loaded[3], sentences[:2], options)
+
+
+@settings(max_examples=50)
+@given(name=st.from_regex(r"[a-z][a-z_]{0,24}", fullmatch=True), value=st.integers() | st.booleans() | st.text())
+def test_any_other_option_name_is_refused_by_name(loaded, name, value):
+    """Any name but the four the search takes, with any value, on the direct entries."""
+    assume(name not in EXPORTED_OPTIONS and name not in ("self", "input_ids", "attention_mask", "nbest"))
+    engine, tokenizer = loaded[3]
+    batch = tokenizer(["A man."], return_tensors="pt")
+    for call in (engine.generate, lambda *args, **kwargs: engine.generate_nbest(*args, nbest=1, **kwargs)):
+        with pytest.raises(ValueError, match=re.escape(f"{name}={value!r}: the onnxruntime engine's search takes")):
+            call(batch.input_ids, batch.attention_mask, **{name: value})
