@@ -27,7 +27,7 @@ from modeling_vaswani.toolkit.cli import evaluate, translate  # noqa: E402
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
 from modeling_vaswani.toolkit.translation.errors import RequestError  # noqa: E402
-from modeling_vaswani.toolkit.translation.onnxruntime import SHORTLIST, OnnxRuntimeModel, step_graph  # noqa: E402
+from modeling_vaswani.toolkit.translation.onnxruntime import SHORTLIST, OnnxRuntimeModel, OnnxSteps, step_graph  # noqa: E402
 from modeling_vaswani.toolkit.translation.request import EXPORTED_OPTIONS  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate_nbest  # noqa: E402
@@ -133,6 +133,23 @@ def test_target_prefixes_run_on_the_whole_distribution_as_pytorch_s(loaded, sent
         ours = translate_sentences(model, tokenizer, sentences[:4], **options)
         assert translate_sentences(engine, tokenizer, sentences[:4], **options) == ours
         assert ours[0].startswith("Ein") and ours[2].startswith("Zwei Männer")
+
+
+def test_a_beam_whose_candidates_fill_the_vocabulary_runs_on_the_logits_as_pytorch_s(loaded, sentences, monkeypatch):
+    """A shortlist as wide as the vocabulary ranks nothing away: at 200 beams (400 candidates a sentence, the tiny
+    model's 400 tokens) the steps give their logits, and the translations and scores are PyTorch's."""
+    _, _, (model, tokenizer), (engine, _) = loaded
+    assert engine.vocab_size == 400
+    widths, init = [], OnnxSteps.__init__
+    monkeypatch.setattr(OnnxSteps, "__init__", lambda self, *args: widths.append(args[-1]) or init(self, *args))
+    options = {**SHORT, "max_new_tokens": 4}
+    for beams, width in ((200, None), (199, 398)):
+        ours = translate_nbest(model, tokenizer, sentences[:2], 2, num_beams=beams, **options)
+        theirs = translate_nbest(engine, tokenizer, sentences[:2], 2, num_beams=beams, **options)
+        assert widths.pop() == width
+        assert [[h.text for h in row] for row in theirs] == [[h.text for h in row] for row in ours]
+        for row, expected in zip(theirs, ours, strict=True):
+            assert [h.score for h in row] == pytest.approx([h.score for h in expected], abs=1e-4)
 
 
 def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
