@@ -1,7 +1,6 @@
 """Real multi-process training: two CPU processes over gloo, launched with torchrun and with accelerate launch."""
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 import psutil  # comes with accelerate
 import pytest
 import torch
+from helpers.launching import environment
 from helpers.training_setup import REPO, TESTS, tiny_checkpoint
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
@@ -21,13 +21,6 @@ pytestmark = pytest.mark.slow  # several processes over gloo
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     return tiny_checkpoint(tmp_path_factory.mktemp("tiny"))
-
-
-def environment():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the vaswani-* commands
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    return env
 
 
 def run(command, cwd):

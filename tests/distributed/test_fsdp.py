@@ -23,6 +23,7 @@ import time
 import pytest
 import torch
 import yaml
+from helpers import launching
 from helpers.training_setup import REPO, TESTS, free_port, tiny_checkpoint
 from safetensors.torch import load_file
 
@@ -74,10 +75,7 @@ def ddp_config_file(tmp_path_factory):
 
 
 def environment(force_fsdp: bool):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "OMP_NUM_THREADS": "1"}
-    env.pop("CUDA_VISIBLE_DEVICES", None)
-    env["FSDP_TRAIN_FORCE_CPU_FSDP"] = "1" if force_fsdp else "0"
-    return env
+    return {**launching.environment(), "FSDP_TRAIN_FORCE_CPU_FSDP": "1" if force_fsdp else "0"}
 
 
 def launch_command(config_file, output_dir, *extra):

@@ -35,7 +35,11 @@ def dropout_free_checkpoint(folder: Path) -> Path:
 
 
 def environment():
+    """The environment every launched training job of the distributed tests runs in. PYTHONFAULTHANDLER: a rank that
+    aborts (a finished 2-process FSDP job's rank 1 did, once in about ten CI runs: "terminate called without an active
+    exception") prints every thread's Python stack, so the test's failure shows where it was."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(REPO)]), "OMP_NUM_THREADS": "1"}
+    env["PYTHONFAULTHANDLER"] = "1"
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])  # the vaswani-* commands
     env.pop("CUDA_VISIBLE_DEVICES", None)
     for name in ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK"):
