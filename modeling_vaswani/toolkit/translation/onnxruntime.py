@@ -11,6 +11,8 @@ onnxruntime is an optional extra: importing this module without it raises an Imp
 it.
 """
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 try:
@@ -178,7 +180,11 @@ class OnnxRuntimeModel(ExportedModel):
     and `generate_nbest` (ExportedModel's, over `generate_checked_nbest`, for a request checked already) on a padded
     batch of token ids, with Section 6.1's decoding (the payload's search, see the module's doc). The folder's files
     are checked first (`checkpoints.validate_onnx`, unless an `export` it gave is passed); `quantized` runs the int8
-    variant (onnx/*_quantized.onnx). `threads`: onnxruntime's intra-op threads (None: its default, one a core)."""
+    variant (onnx/*_quantized.onnx). `threads`: how many searches run at once, each over its share of a batch's
+    sentences and on one onnxruntime thread (None: one a core). One thread a search, where onnxruntime's threads would
+    share each step, lets one search's Python work run beside another's network: 300 test2016 lines, beam 4,
+    2,000-token batches, 2 cores: 4.22 -> 3.65 s, greedy 0.91 -> 0.85 s; a single sentence's search ran as fast on one
+    thread as on two (5.48 against 5.46 s for 60 sentences, beam 4): the same translations."""
 
     device = torch.device("cpu")
     engine = "onnxruntime"  # engines.OnnxRuntime holds it
@@ -188,8 +194,9 @@ class OnnxRuntimeModel(ExportedModel):
     ):
         self.export = export or validate_onnx(folder, quantized)
         settings, generation = self.export.settings, self.export.generation_config
-        self.encoder = session(self.export.encoder, threads)
-        self.decoder = session(self.export.decoder, threads, step_graph(self.export.decoder))
+        self.searches = threads or len(os.sched_getaffinity(0))
+        self.encoder = session(self.export.encoder, 1)
+        self.decoder = session(self.export.decoder, 1, step_graph(self.export.decoder))
         self.config = OnnxConfig(settings["max_position_embeddings"])
         self.position_rows = settings["position_rows"]
         self.layers, self.shape = settings["decoder_layers"], (settings["num_heads"], settings["head_width"])
@@ -217,10 +224,50 @@ class OnnxRuntimeModel(ExportedModel):
         and the score the search ranked them by, log P(Y|X) / lp(Y) with GNMT's lp (None greedy: one hypothesis a
         sentence, nothing ranked). `nbest` is not checked against
         the beam here: a translating entry's request was checked once by its front end
-        (`request.TranslationRequest.check`), a direct call by `generate_nbest`."""
-        sequences, scores = self.search(
-            input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix
-        )  # fmt: skip
+        (`request.TranslationRequest.check`), a direct call by `generate_nbest`.
+
+        The sentences are dealt to `searches` searches run at once (every n-th to each: a batch comes sorted by
+        length, so each gets its share of long and short ones), each padded only to its own longest source."""
+        if not paper_decoding:
+            raise ValueError(
+                "paper_decoding=False: the onnxruntime engine decodes as Section 6.1 (the payload's search, which "
+                "ranks by GNMT's penalty); expected paper_decoding=True, or the checkpoint on the PyTorch engine for "
+                "transformers' own generate()"
+            )
+        if attention_mask is None:
+            attention_mask = input_ids.ne(self.pad_token_id)
+        longest = int(attention_mask.sum(dim=-1).max())
+        if longest > self.config.max_position_embeddings:
+            raise ValueError(
+                f"a source of {longest} tokens is longer than the export accepts (max_position_embeddings "
+                f"{self.config.max_position_embeddings}); expected at most that many tokens"
+            )
+        limits = 1 + max_output_length(attention_mask.sum(dim=-1), max_new_tokens or None)  # the start token counted
+        if target_prefix is not None:
+            target_prefix = check_target_prefix(target_prefix, self.vocab_size, (limits - 1).tolist())
+        shares = [list(range(first, len(input_ids), self.searches)) for first in range(self.searches)]
+        shares = [share for share in shares if share]
+
+        def search(share: list[int]):
+            # The share's columns up to the last any of its sentences uses: its own padding, whichever side it is on.
+            width = int(attention_mask[share].any(dim=0).nonzero().max()) + 1
+            prefixes = None if target_prefix is None else [target_prefix[row] for row in share]
+            ids, mask = input_ids[share, :width], attention_mask[share, :width]
+            return self.hypotheses(ids, mask, nbest, num_beams, limits[share], prefixes)
+
+        if len(shares) == 1:
+            return search(shares[0])
+        rows = [None] * len(input_ids)
+        with ThreadPoolExecutor(len(shares), thread_name_prefix="onnxruntime-search") as pool:
+            for share, found in zip(shares, pool.map(search, shares), strict=True):
+                for row, hypotheses in zip(share, found, strict=True):
+                    rows[row] = hypotheses
+        return rows
+
+    def hypotheses(self, input_ids, attention_mask, nbest, num_beams, limits, target_prefix):
+        """`nbest_hypotheses` of one search: `limits`, each sentence's longest output (the start token counted);
+        `target_prefix`, checked already."""
+        sequences, scores = self.search(input_ids, attention_mask, nbest, num_beams, limits, target_prefix)
         rows = []
         for number in range(input_ids.shape[0]):
             hypotheses = []
@@ -231,28 +278,12 @@ class OnnxRuntimeModel(ExportedModel):
             rows.append(hypotheses)
         return rows
 
-    def search(self, input_ids, attention_mask, nbest, paper_decoding, num_beams, max_new_tokens, target_prefix):
+    def search(self, input_ids, attention_mask, nbest, num_beams, limits, target_prefix):
         """The search's sequences (`nbest` a sentence, the start token first) and their scores (None greedy)."""
-        if not paper_decoding:
-            raise ValueError(
-                "paper_decoding=False: the onnxruntime engine decodes as Section 6.1 (the payload's search, which "
-                "ranks by GNMT's penalty); expected paper_decoding=True, or the checkpoint on the PyTorch engine for "
-                "transformers' own generate()"
-            )
-        if attention_mask is None:
-            attention_mask = input_ids.ne(self.pad_token_id)
-        lengths = attention_mask.sum(dim=-1)
-        if int(lengths.max()) > self.config.max_position_embeddings:
-            raise ValueError(
-                f"a source of {int(lengths.max())} tokens is longer than the export accepts "
-                f"(max_position_embeddings {self.config.max_position_embeddings}); expected at most that many tokens"
-            )
         beams = num_beams or self.num_beams
-        limits = 1 + max_output_length(lengths, max_new_tokens or None)  # the start token counted, as generate()
         processors = LogitsProcessorList()
         if target_prefix is not None:
-            prefixes = check_target_prefix(target_prefix, self.vocab_size, (limits - 1).tolist())
-            processors.append(TargetPrefix(prefixes, self.device))
+            processors.append(TargetPrefix(target_prefix, self.device))
         criteria = StoppingCriteriaList([MaxLengthPerSentence(limits), EosTokenCriteria(self.eos_token_id)])
         ids, mask = input_ids.numpy().astype(np.int64), attention_mask.numpy().astype(np.int64)
         states = self.encoder.run(None, {"input_ids": ids, "attention_mask": mask})[0]

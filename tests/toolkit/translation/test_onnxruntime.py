@@ -152,6 +152,35 @@ def test_a_beam_whose_candidates_fill_the_vocabulary_runs_on_the_logits_as_pytor
             assert [h.score for h in row] == pytest.approx([h.score for h in expected], abs=1e-4)
 
 
+def test_searches_run_at_once_give_one_search_s_hypotheses_whatever_the_padding_side(loaded, sentences):
+    """A batch dealt to 3 searches at once (7 sentences: shares of 3, 2 and 2), each padded to its own longest source,
+    gives what one search of the whole batch gives and PyTorch's n-best lists, with and without target prefixes, and
+    so with the batch padded on the left (each share keeps the columns its sentences use; the positions differ from
+    the right-padded batch's, so the hypotheses may too)."""
+    _, folder, (model, tokenizer), _ = loaded
+    one, three = OnnxRuntimeModel(folder, threads=1), OnnxRuntimeModel(folder, threads=3)
+    assert (one.searches, three.searches) == (1, 3)
+    seven = sentences[:7]
+    prefixes = [[], tokenizer("Ein", add_special_tokens=False).input_ids, [], [], [], [], []]
+    for prefix in (None, prefixes):
+        options = {"nbest": 2, "num_beams": 4, "max_new_tokens": 6, "target_prefix": prefix}
+        right = tokenizer(seven, return_tensors="pt", padding=True)
+        theirs = three.generate_nbest(right.input_ids, right.attention_mask, **options)
+        assert theirs == one.generate_nbest(right.input_ids, right.attention_mask, **options)
+        tokenizer.padding_side = "left"
+        try:
+            left = tokenizer(seven, return_tensors="pt", padding=True)
+        finally:
+            tokenizer.padding_side = "right"
+        assert not left.attention_mask[:, 0].all() and left.attention_mask[:, -1].all()
+        from_left = three.generate_nbest(left.input_ids, left.attention_mask, **options)
+        assert from_left == one.generate_nbest(left.input_ids, left.attention_mask, **options)
+    texts = translate_nbest(three, tokenizer, seven, 2, num_beams=4, **SHORT)
+    assert [[h.text for h in row] for row in texts] == [
+        [h.text for h in row] for row in translate_nbest(model, tokenizer, seven, 2, num_beams=4, **SHORT)
+    ]
+
+
 def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
     """The engine's step graph against the exported merged decoder run by a session of the test's own, on a first
     step and a cached one (its cache the first step's presents): the same logits and presents, and each row's 5
