@@ -37,15 +37,13 @@ from .request import ExportedModel
 KINDS = [(part, kind) for part in ("decoder", "encoder") for kind in ("key", "value")]
 
 
-def session(path: Path, threads: int | None, graph: bytes | None = None) -> "onnxruntime.InferenceSession":
+def session(path: Path, graph: bytes | None = None) -> "onnxruntime.InferenceSession":
     """An onnxruntime session on the CPU for the graph in `path` (or `graph`, made from it), or CheckpointError
-    naming the file where onnxruntime cannot load it."""
+    naming the file where onnxruntime cannot load it. One thread: the engine runs a search a thread, several at once
+    (`OnnxRuntimeModel`), where a pool of onnxruntime's own would share each step (and, spinning between steps,
+    slowed the search's PyTorch operations 2-3x: benchmarks/real_text.py, docs/interop.md)."""
     options = onnxruntime.SessionOptions()
-    # onnxruntime's threads spin, waiting for work, after each run: here the search's PyTorch ops run between the
-    # steps on the same cores, and the spinning slowed them 2-3x (benchmarks/real_text.py, docs/interop.md).
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if threads:
-        options.intra_op_num_threads = threads
+    options.intra_op_num_threads = 1
     try:
         return onnxruntime.InferenceSession(graph or str(path), options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime's own error types (Fail, InvalidGraph, ...) share no base of theirs
@@ -195,8 +193,8 @@ class OnnxRuntimeModel(ExportedModel):
         self.export = export or validate_onnx(folder, quantized)
         settings, generation = self.export.settings, self.export.generation_config
         self.searches = threads or len(os.sched_getaffinity(0))
-        self.encoder = session(self.export.encoder, 1)
-        self.decoder = session(self.export.decoder, 1, step_graph(self.export.decoder))
+        self.encoder = session(self.export.encoder)
+        self.decoder = session(self.export.decoder, step_graph(self.export.decoder))
         self.config = OnnxConfig(settings["max_position_embeddings"])
         self.position_rows = settings["position_rows"]
         self.layers, self.shape = settings["decoder_layers"], (settings["num_heads"], settings["head_width"])
