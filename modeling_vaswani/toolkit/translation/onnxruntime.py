@@ -11,7 +11,6 @@ onnxruntime is an optional extra: importing this module without it raises an Imp
 it.
 """
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -179,10 +178,11 @@ class OnnxRuntimeModel(ExportedModel):
     batch of token ids, with Section 6.1's decoding (the payload's search, see the module's doc). The folder's files
     are checked first (`checkpoints.validate_onnx`, unless an `export` it gave is passed); `quantized` runs the int8
     variant (onnx/*_quantized.onnx). `threads`: how many searches run at once, each over its share of a batch's
-    sentences and on one onnxruntime thread (None: one a core). One thread a search, where onnxruntime's threads would
-    share each step, lets one search's Python work run beside another's network: 300 test2016 lines, beam 4,
-    2,000-token batches, 2 cores: 4.22 -> 3.65 s, greedy 0.91 -> 0.85 s; a single sentence's search ran as fast on one
-    thread as on two (5.48 against 5.46 s for 60 sentences, beam 4): the same translations."""
+    sentences and on one onnxruntime thread (None: torch's thread count at each call, `searches`). One thread a search,
+    where onnxruntime's threads would share each step, lets one search's Python work run beside another's network:
+    300 test2016 lines, beam 4, 2,000-token batches, 2 cores: 4.22-4.35 -> 3.49-3.57 s, greedy 0.91 -> 0.85 s; a
+    single sentence's search ran as fast on one thread as on two (5.48 against 5.46 s for 60 sentences, beam 4): the
+    same translations (docs/interop.md)."""
 
     device = torch.device("cpu")
     engine = "onnxruntime"  # engines.OnnxRuntime holds it
@@ -192,7 +192,7 @@ class OnnxRuntimeModel(ExportedModel):
     ):
         self.export = export or validate_onnx(folder, quantized)
         settings, generation = self.export.settings, self.export.generation_config
-        self.searches = threads or len(os.sched_getaffinity(0))
+        self.threads = threads
         self.encoder = session(self.export.encoder)
         self.decoder = session(self.export.decoder, step_graph(self.export.decoder))
         self.config = OnnxConfig(settings["max_position_embeddings"])
@@ -207,6 +207,12 @@ class OnnxRuntimeModel(ExportedModel):
 
     def eval(self) -> "OnnxRuntimeModel":
         return self
+
+    @property
+    def searches(self) -> int:
+        """How many searches a batch is dealt to: `threads`, else torch's thread count when the batch comes (which a
+        command's --threads, or its measured choice, sets)."""
+        return self.threads or torch.get_num_threads()
 
     def nbest_hypotheses(
         self,
@@ -225,7 +231,7 @@ class OnnxRuntimeModel(ExportedModel):
         (`request.TranslationRequest.check`), a direct call by `generate_nbest`.
 
         The sentences are dealt to `searches` searches run at once (every n-th to each: a batch comes sorted by
-        length, so each gets its share of long and short ones), each padded only to its own longest source."""
+        length, so each gets its share of long and short ones), each given only the columns its own sentences use."""
         if not paper_decoding:
             raise ValueError(
                 "paper_decoding=False: the onnxruntime engine decodes as Section 6.1 (the payload's search, which "
@@ -243,7 +249,8 @@ class OnnxRuntimeModel(ExportedModel):
         limits = 1 + max_output_length(attention_mask.sum(dim=-1), max_new_tokens or None)  # the start token counted
         if target_prefix is not None:
             target_prefix = check_target_prefix(target_prefix, self.vocab_size, (limits - 1).tolist())
-        shares = [list(range(first, len(input_ids), self.searches)) for first in range(self.searches)]
+        searches = self.searches
+        shares = [list(range(first, len(input_ids), searches)) for first in range(searches)]
         shares = [share for share in shares if share]
 
         def search(share: list[int]):

@@ -160,6 +160,12 @@ def test_searches_run_at_once_give_one_search_s_hypotheses_whatever_the_padding_
     _, folder, (model, tokenizer), _ = loaded
     one, three = OnnxRuntimeModel(folder, threads=1), OnnxRuntimeModel(folder, threads=3)
     assert (one.searches, three.searches) == (1, 3)
+    torch_threads, default = torch.get_num_threads(), OnnxRuntimeModel(folder)
+    try:
+        torch.set_num_threads(3)  # as a command's --threads 3 does, after the model loaded
+        assert default.searches == 3
+    finally:
+        torch.set_num_threads(torch_threads)
     seven = sentences[:7]
     prefixes = [[], tokenizer("Ein", add_special_tokens=False).input_ids, [], [], [], [], []]
     for prefix in (None, prefixes):
