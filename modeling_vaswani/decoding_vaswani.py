@@ -31,6 +31,11 @@ class FollowsTheBatch:
         raise NotImplementedError
 
 
+class KeepsLogProbabilities:
+    """A logits processor whose scores stay at most 0 where its input's are (it rules tokens out, or normalizes
+    again): a hypothesis's score then only falls as it grows (`scores_only_fall`)."""
+
+
 def peers_unfinished(done: bool, synced_gpus: bool, device: torch.device) -> bool:
     """Whether to run another step. Under FSDP or ZeRO-3 every process must run the model's forward as often as the
     others (each forward gathers the sharded weights), so a process that has finished steps on until all have."""
@@ -241,6 +246,26 @@ ROW_WISE = (
         "MaxLengthCriteria", "MaxTimeCriteria", "EosTokenCriteria", "StopStringCriteria",
     )),
 )  # fmt: skip
+
+# Those of transformers' processors that keep log-probabilities at most 0: they rule tokens out (-inf), force one (0),
+# scale by a positive factor or normalize again. Not SequenceBiasLogitsProcessor or ExponentialDecayLengthPenalty,
+# which may add to a score.
+KEEP_LOG_PROBABILITIES = tuple(getattr(stock, name) for name in (
+    "MinLengthLogitsProcessor", "MinNewTokensLengthLogitsProcessor", "TemperatureLogitsWarper",
+    "RepetitionPenaltyLogitsProcessor", "TopKLogitsWarper", "TopPLogitsWarper", "MinPLogitsWarper",
+    "TypicalLogitsWarper", "EpsilonLogitsWarper", "EtaLogitsWarper", "NoRepeatNGramLogitsProcessor",
+    "NoBadWordsLogitsProcessor", "ForcedBOSTokenLogitsProcessor", "ForcedEOSTokenLogitsProcessor",
+    "LogitNormalization", "SuppressTokensLogitsProcessor", "SuppressTokensAtBeginLogitsProcessor",
+))  # fmt: skip
+
+
+def scores_only_fall(logits_processor) -> bool:
+    """Whether every step's scores are at most 0 (log-probabilities, after `logits_processor`), so that no hypothesis
+    can score more later than now: what lets a search end a sentence as soon as its results are final."""
+    keep = (
+        isinstance(each, KeepsLogProbabilities) or type(each) in KEEP_LOG_PROBABILITIES for each in logits_processor
+    )
+    return all(keep)
 
 
 def may_shrink(generation_config, logits_processor, stopping_criteria, synced_gpus: bool, streamer) -> bool:

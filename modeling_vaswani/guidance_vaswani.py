@@ -12,10 +12,10 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.generation import LogitsProcessor, LogitsProcessorList
 
 from .compat_vaswani import CACHE
-from .decoding_vaswani import DecoderSteps, FollowsTheBatch, eos_token_ids
+from .decoding_vaswani import DecoderSteps, FollowsTheBatch, KeepsLogProbabilities, eos_token_ids
 
 
-class TargetPrefix(FollowsTheBatch, LogitsProcessor):
+class TargetPrefix(FollowsTheBatch, KeepsLogProbabilities, LogitsProcessor):
     """Each sentence's translation starts with given tokens (CTranslate2's `target_prefix`, fairseq's prefix
     decoding): while a sentence's prefix lasts, every token but the prefix's next one is ruled out (-inf), and that one
     keeps its log-probability, so a hypothesis scores log P(prefix and the rest | X) as `vaswani-score` does."""
@@ -166,7 +166,7 @@ class EnsembleSteps:
             member.reorder(beam_idx)
 
 
-class AvoidPhrases(FollowsTheBatch, LogitsProcessor):
+class AvoidPhrases(FollowsTheBatch, KeepsLogProbabilities, LogitsProcessor):
     """Phrases a sentence's translation must not hold (negative constraints): where a hypothesis ends with all but the
     last token of one, that last token is ruled out (-inf); a one-token phrase is ruled out everywhere. transformers'
     NoBadWordsLogitsProcessor does the same for every sentence of a batch alike; these are each sentence's own."""

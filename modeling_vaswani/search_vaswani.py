@@ -26,6 +26,7 @@ from .decoding_vaswani import (
     fill_token_id,
     leave_batch,
     peers_unfinished,
+    scores_only_fall,
     shortlisted,
 )
 
@@ -207,14 +208,20 @@ def beam_search(
     torch.topk orders them. These are transformers' beam search's rules (`early_stopping` too), with GNMT's ranking
     in place of |Y|^alpha; the loop replaced one that hooked into that beam search, and gives its tokens and scores.
 
-    Where `shrinks`, a sentence whose search has ended leaves the batch (as in CTranslate2): its finished hypotheses
-    are final by then, and the steps after compute only the sentences still searching.
+    Where `shrinks`, a sentence whose search has ended leaves the batch (as in CTranslate2), and the steps after
+    compute only the sentences still searching; so does one whose n = `num_return_sequences` best finished hypotheses
+    are final, once no live one can beat the n-th of them: the rest of its search could only reorder the finished
+    ones below the n it returns, so its tokens and scores are those of the whole search, with fewer steps where n < k
+    (300 test2016 sentences, beam 4, n 1: 24,264 decoder rows against 27,780). Only where the bound holds for certain
+    (`scores_only_fall`): a logits processor that adds to a score (ExponentialDecayLengthPenalty) makes it a rule of
+    thumb, which the whole search keeps as transformers' does.
     """
-    k = config.num_beams
+    k, n = config.num_beams, config.num_return_sequences
     sentences, cur_len = input_ids.shape[0] // k, input_ids.shape[1]
     prompt_len, max_length, alpha = cur_len, config.max_length, config.length_penalty
     device = input_ids.device
     stops_when_full = config.early_stopping is True  # k finished hypotheses end a sentence, better or not
+    falls = scores_only_fall(logits_processor)  # the bound below holds for certain
 
     running = torch.full((sentences, k, max_length), fill_token_id(config), dtype=torch.int64, device=device)
     running[:, :, :cur_len] = input_ids.view(sentences, k, cur_len)
@@ -300,7 +307,10 @@ def beam_search(
             continue
         # A sentence's search is over when none of its live hypotheses can win, k have finished under
         # early_stopping=True, or all its continuations ended (its length limit): its finished ones are final.
-        over = ~can_improve[:, 0] | full | torch.all(ends, dim=1)
+        # Or when the n it returns are final: none of its live hypotheses can beat the n-th best finished one.
+        returned_final = torch.all(counted[:, :n], dim=1) & (best_reachable[:, 0] <= finished_scores[:, n - 1])
+        returned_final &= falls
+        over = ~can_improve[:, 0] | full | torch.all(ends, dim=1) | returned_final
         if not bool(over.any()):
             continue
         if results is None:
@@ -322,7 +332,6 @@ def beam_search(
 
     if results is not None:  # every sentence has left the batch
         finished, finished_scores, finished_origins = results
-    n = config.num_return_sequences
     sequences = finished[:, :n].reshape(sentences * n, -1)
     scores = finished_scores[:, :n].reshape(-1)
     origins = finished_origins[:, :n].reshape(sentences * n, -1)

@@ -13,13 +13,15 @@ import torch
 from transformers import LogitsProcessor
 
 from helpers.tiny_models import BOS, EOS, PAD, tiny_model
+from modeling_vaswani.decoding_vaswani import KeepsLogProbabilities
 
 RAMP = 0.6  # what </s> gains in logit for each token written: hypotheses end at several lengths
 
 
-class EndLikelierWithLength(LogitsProcessor):
-    """Raises </s> by RAMP per token written, then normalizes: the tiny random models would otherwise end at once or
-    never, and GNMT's ranking decides only between hypotheses of different lengths."""
+class EndLikelierWithLength(KeepsLogProbabilities, LogitsProcessor):
+    """Raises </s> by RAMP per token written, then normalizes (so its scores stay log-probabilities): the tiny random
+    models would otherwise end at once or never, and GNMT's ranking decides only between hypotheses of different
+    lengths."""
 
     def __call__(self, input_ids, scores):
         scores = scores.clone()

@@ -16,11 +16,11 @@ from helpers.reference_search import (
     random_model,
 )
 from helpers.tiny_models import EOS, PAD, padded_batch
-from transformers import GenerationMixin, Pipeline
+from transformers import GenerationConfig, GenerationMixin, Pipeline
 from transformers.generation import ExponentialDecayLengthPenalty, GenerateBeamEncoderDecoderOutput
 
-from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniTranslationPipeline
-from modeling_vaswani.decoding_vaswani import DecoderSteps
+from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniTranslationPipeline, generation_vaswani
+from modeling_vaswani.decoding_vaswani import DecoderSteps, Recorder
 from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
 
 
@@ -76,6 +76,37 @@ def test_sentences_leave_the_batch_when_their_search_ends_and_tokens_stay_the_re
         compared += len(expected)
     assert compared >= 75 and len(selected) >= 8, selected  # sentences did leave the batch, in many cases
     assert min(selected) >= 1
+
+
+@pytest.mark.filterwarnings("ignore:.*learned positions")
+def test_a_sentence_whose_returned_hypotheses_are_final_leaves_early_with_the_references_tokens_and_scores(
+    model, monkeypatch
+):
+    """A shrinking search (the exported engines', and generate()'s without return_dict_in_generate) ends a sentence
+    once its n returned hypotheses are final: tokens and scores stay the reference's (the whole search, one sentence
+    at a time), and n = 1 of beam 4 hands the decoder fewer rows than n = 4 on the same inputs (the same before)."""
+    monkeypatch.setattr(generation_vaswani, "may_shrink", lambda *arguments: True)
+    # Scores kept for the finished hypotheses only (as the exported engines keep them): nothing recorded step by step.
+    monkeypatch.setattr(generation_vaswani, "Recorder", lambda config, encoder: Recorder(GenerationConfig(), encoder))
+    rows = []
+    original = DecoderSteps.__call__
+    monkeypatch.setattr(DecoderSteps, "__call__", lambda self, ids: rows.append(ids.shape[0]) or original(self, ids))
+    compared, work = 0, {1: 0, 4: 0}
+    for lengths, seed, settings in random_cases(20, seed=40):
+        lengths = [*lengths, 9, 3]
+        input_ids, attention_mask = padded_batch(lengths, vocab_size=model.config.vocab_size, seed=seed)
+        for n in sorted({settings.get("num_return_sequences", 1), 1, 4} if settings["num_beams"] == 4 else {0}):
+            cased = {**settings, "num_return_sequences": n} if n else settings
+            rows.clear()
+            output = paper_generate(model, input_ids, attention_mask, **cased)
+            expected = expected_output(model, input_ids, attention_mask, cased)
+            assert decoded(output) == [tokens for tokens, _ in expected], cased
+            if cased["num_beams"] > 1:
+                assert output.sequences_scores.tolist() == pytest.approx([score for _, score in expected], abs=1e-4)
+            compared += len(expected)
+            work[n] = work.get(n, 0) + sum(rows)
+    assert compared >= 60
+    assert work[1] < work[4], work
 
 
 def test_the_comparison_detects_a_wrong_alpha():

@@ -135,15 +135,16 @@ def test_target_prefixes_run_on_the_whole_distribution_as_pytorch_s(loaded, sent
         assert ours[0].startswith("Ein") and ours[2].startswith("Zwei Männer")
 
 
-def test_a_beam_whose_candidates_fill_the_vocabulary_runs_on_the_logits_as_pytorch_s(loaded, sentences, monkeypatch):
-    """A shortlist as wide as the vocabulary ranks nothing away: at 200 beams (400 candidates a sentence, the tiny
-    model's 400 tokens) the steps give their logits, and the translations and scores are PyTorch's."""
+def test_a_beam_wider_than_the_shortlist_runs_on_the_logits_as_pytorch_s(loaded, sentences, monkeypatch):
+    """The step graph ranks one token a block at most (the tiny model's 400 tokens: 10 blocks of 40): at 5 beams (10
+    candidates a sentence) the steps give a shortlist of 10, at 6 beams and at 200 (candidates filling the
+    vocabulary) their logits, and the translations and scores are PyTorch's each time."""
     _, _, (model, tokenizer), (engine, _) = loaded
     assert engine.vocab_size == 400
     widths, init = [], OnnxSteps.__init__
     monkeypatch.setattr(OnnxSteps, "__init__", lambda self, *args: widths.append(args[-1]) or init(self, *args))
     options = {**SHORT, "max_new_tokens": 4}
-    for beams, width in ((200, None), (199, 398)):
+    for beams, width in ((200, None), (6, None), (5, 10)):
         ours = translate_nbest(model, tokenizer, sentences[:2], 2, num_beams=beams, **options)
         theirs = translate_nbest(engine, tokenizer, sentences[:2], 2, num_beams=beams, **options)
         assert widths.pop() == width
@@ -215,7 +216,7 @@ def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortli
     later_feeds = {**feeds, "input_ids": np.array([[5], [6], [7]]), "use_cache_branch": np.array([True])}
     later_feeds.update(zip(pasts, (first[name] for name in names[1:]), strict=True))
     later = dict(zip(names, merged.run(None, later_feeds), strict=True))
-    session = onnxruntime.InferenceSession(step_graph(path))
+    session = onnxruntime.InferenceSession(step_graph(path, settings["vocab_size"]))
     for step_feeds, expected in ((feeds, first), (later_feeds, later)):
         given = {**step_feeds, "shortlist_width": np.array([width])}
         results = dict(zip([*names, *SHORTLIST], session.run([*names, *SHORTLIST], given), strict=True))
@@ -236,7 +237,7 @@ def test_a_decoder_without_logits_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "decoder_model_merged.onnx"
     onnx.save(onnx.helper.make_model(graph), path)
     with pytest.raises(CheckpointError, match=rf"^{path}: a graph without a logits output; expected the merged"):
-        step_graph(path)
+        step_graph(path, 400)
 
 
 @pytest.mark.parametrize("options", OTHER_OPTIONS, ids=lambda options: ",".join(options))
