@@ -159,6 +159,7 @@ class OnnxSteps:
         self.shortlist_width = np.array([shortlist or 1], dtype=np.int64)
         self.repeated = None  # the encoder feeds, repeated for the rows of a step
         self.past = None  # name -> array, KINDS a layer
+        self.order = None  # the rows the self-attention cache is to take before the next step
         presents = [f"present.{layer}.{part}.{kind}" for layer in range(layers) for part, kind in KINDS]
         ranked = list(SHORTLIST) if shortlist else ["logits"]
         self.outputs = {False: ranked + presents, True: ranked + [name for name in presents if ".decoder." in name]}
@@ -175,8 +176,18 @@ class OnnxSteps:
             }
         return self.repeated
 
+    def follow(self) -> None:
+        """Takes the self-attention cache's rows that `reorder` and `select` have asked since the last step."""
+        if self.order is not None:
+            self.past.update(
+                {name: rows_of(value, self.order) for name, value in self.past.items() if ".decoder." in name}
+            )
+            self.order = None
+
     def __call__(self, sequences: torch.LongTensor) -> Seq2SeqLMOutput | Shortlist:
         rows, cached = sequences.shape[0], self.past is not None
+        if cached:
+            self.follow()
         feeds = {**self.encoder_feeds(rows), "use_cache_branch": np.array([cached])}
         feeds[SHORTLIST_WIDTH] = self.shortlist_width
         if cached:
@@ -202,15 +213,15 @@ class OnnxSteps:
 
     def reorder(self, rows: torch.Tensor) -> None:
         """The self-attention cache follows the chosen beams; the encoder-decoder one is the same for every row of a
-        sentence, and a beam continues a beam of its own sentence."""
-        for name in self.past:
-            if ".decoder." in name:
-                self.past[name] = rows_of(self.past[name], rows)
+        sentence, and a beam continues a beam of its own sentence. The rows are taken at the next step (`follow`), so
+        that a step whose sentences also leave (`select`) moves that cache once."""
+        self.order = rows if self.order is None else self.order[rows]
 
     def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
         rows = sentence_rows(sentences, rows_per_sentence)
         if self.past is not None:
-            self.past = {name: rows_of(value, rows) for name, value in self.past.items()}
+            self.reorder(rows)
+            self.past.update({name: rows_of(value, rows) for name, value in self.past.items() if ".encoder." in name})
         self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
         self.mask = self.mask[sentences.numpy()]
         self.repeated = None
