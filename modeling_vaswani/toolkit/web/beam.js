@@ -20,7 +20,8 @@
 //   where fewer than k did not end); those of the first k candidates that end compete with the k best finished
 //   hypotheses by log P / lp(Y), GNMT's lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting the end token;
 // - the search is over (early_stopping False) when its best live hypothesis, at the longest length its sentence
-//   allows, cannot beat the k-th best finished one (tensor2tensor's bound), or when every continuation ended (the
+//   allows, cannot beat the k-th best finished one (tensor2tensor's bound), or already the best finished one (the
+//   one hypothesis returned is final then: the payload's rule for n = 1 of k), or when every continuation ended (the
 //   limit); the best finished hypothesis is the translation.
 // Arithmetic: the scores are float32, as PyTorch's (Math.fround after each operation the payload does in float32), so
 // that near ties fall as they fall there; ties go to the lower index, where torch.topk's order is unspecified.
@@ -255,12 +256,14 @@ export async function beamSearch(model, Tensor, sourceIds, options = {}) {
         }
         past = next;
 
-        // Over when no live hypothesis can beat the k-th best finished one, or every continuation ended.
+        // Over when no live hypothesis can beat the k-th best finished one, nor the best (the translation is final),
+        // or every continuation ended.
         const bestReachable = f32(runningScores[0] / bestReachablePenalty);
         const lowest = Math.min(...finished.map(({ score }) => score));
         const worst = finished.map(({ isFinished }) => (isFinished ? lowest : EXCLUDED));
         canImprove = canImprove && worst.some((value) => bestReachable > value);
-        if (!canImprove || ends.every(Boolean)) {
+        const returnedFinal = finished[0].isFinished && bestReachable <= finished[0].score;
+        if (!canImprove || returnedFinal || ends.every(Boolean)) {
             return { ids: finished[0].ids, score: finished[0].score, steps };
         }
     }
