@@ -302,13 +302,14 @@ class OnnxRuntimeModel(ExportedModel):
             )
         if attention_mask is None:
             attention_mask = input_ids.ne(self.pad_token_id)
-        longest = int(attention_mask.sum(dim=-1).max())
+        source_lengths = attention_mask.sum(dim=-1)
+        longest = int(source_lengths.max())
         if longest > self.config.max_position_embeddings:
             raise ValueError(
                 f"a source of {longest} tokens is longer than the export accepts (max_position_embeddings "
                 f"{self.config.max_position_embeddings}); expected at most that many tokens"
             )
-        limits = 1 + max_output_length(attention_mask.sum(dim=-1), max_new_tokens or None)  # the start token counted
+        limits = 1 + max_output_length(source_lengths, max_new_tokens or None)  # the start token counted
         if target_prefix is not None:
             target_prefix = check_target_prefix(target_prefix, self.vocab_size, (limits - 1).tolist())
         searches = self.searches
