@@ -17,10 +17,11 @@ from helpers.reference_search import (
 )
 from helpers.tiny_models import EOS, PAD, padded_batch
 from transformers import GenerationConfig, GenerationMixin, Pipeline
+from transformers import generation as stock
 from transformers.generation import ExponentialDecayLengthPenalty, GenerateBeamEncoderDecoderOutput
 
 from modeling_vaswani import VaswaniForConditionalGeneration, VaswaniTranslationPipeline, generation_vaswani
-from modeling_vaswani.decoding_vaswani import DecoderSteps, Recorder
+from modeling_vaswani.decoding_vaswani import DecoderSteps, Recorder, scores_only_fall
 from modeling_vaswani.generation_vaswani import VaswaniGenerationMixin
 
 
@@ -107,6 +108,29 @@ def test_a_sentence_whose_returned_hypotheses_are_final_leaves_early_with_the_re
             work[n] = work.get(n, 0) + sum(rows)
     assert compared >= 60
     assert work[1] < work[4], work
+
+
+def test_only_processors_that_keep_scores_at_most_zero_let_a_sentence_leave_early():
+    """The early stop rests on scores that only fall: each of transformers' processors checked on log-probabilities
+    (are its scores at most 0?) must agree with `scores_only_fall`, and an unknown processor counts as one that may
+    add to a score."""
+    log_probs = torch.log_softmax(torch.randn(3, 12, generator=torch.Generator().manual_seed(41)), dim=-1)
+    ids = torch.tensor([[0, 5, 7, 5], [0, 2, 3, 4], [0, 9, 9, 9]])
+    processors = [
+        stock.MinLengthLogitsProcessor(10, EOS),
+        stock.RepetitionPenaltyLogitsProcessor(1.5),
+        stock.TemperatureLogitsWarper(0.7),
+        stock.NoRepeatNGramLogitsProcessor(2),
+        stock.ForcedEOSTokenLogitsProcessor(4, EOS),
+        stock.SuppressTokensLogitsProcessor([3, 4]),
+        stock.ExponentialDecayLengthPenalty((1, 3.0), EOS, 1),
+        stock.SequenceBiasLogitsProcessor({(5,): 4.0}),
+    ]
+    for processor in processors:
+        at_most_zero = bool((processor(ids, log_probs.clone()) <= 0).all())
+        assert scores_only_fall([processor]) == at_most_zero, type(processor).__name__
+    assert not scores_only_fall([stock.LogitsProcessor()])  # a processor of unknown kind
+    assert scores_only_fall([EndLikelierWithLength()]) and scores_only_fall([])
 
 
 def test_the_comparison_detects_a_wrong_alpha():
