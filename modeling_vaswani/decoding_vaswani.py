@@ -198,9 +198,10 @@ class Shortlist(NamedTuple):
     (rows, width). Section 6.1's beam keeps a sentence's 2k likeliest continuations of its k hypotheses, and each of
     them is among its own row's 2k likeliest, so a shortlist that wide gives the search the candidates the whole
     vocabulary gives (`search_vaswani.TopK.propose_shortlist`; ties at its edge aside), and greedy search its first.
-    Only where nothing reads the whole distribution (`shortlisted`)."""
+    Only where nothing reads the whole distribution (`shortlisted`). `log_probs` is None where the step ranked the
+    logits and gave no values (greedy search reads the first token alone, as `next_token` takes the logits' argmax)."""
 
-    log_probs: torch.Tensor
+    log_probs: torch.Tensor | None
     tokens: torch.Tensor
 
 

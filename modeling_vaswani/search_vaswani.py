@@ -174,11 +174,12 @@ class TopK:
         """`propose` from each row's likeliest tokens alone (decoding_vaswani.Shortlist): the same candidates, since
         a sentence's `candidates` likeliest continuations are each among their own row's `candidates` likeliest."""
         searching, k = running_scores.shape
-        width = shortlist.log_probs.shape[-1]
-        if width < self.candidates or self.do_sample:
+        width = shortlist.tokens.shape[-1]
+        if width < self.candidates or self.do_sample or shortlist.log_probs is None:
             raise ValueError(
-                f"a shortlist of {width} tokens a row (do_sample {self.do_sample}); expected at least the "
-                f"{self.candidates} candidates a sentence the beam proposes, and no sampling"
+                f"a shortlist of {width} tokens a row (do_sample {self.do_sample}, log-probabilities "
+                f"{'none' if shortlist.log_probs is None else 'given'}); expected at least the {self.candidates} "
+                "candidates a sentence the beam proposes, their log-probabilities, and no sampling"
             )
         totals = (shortlist.log_probs.view(searching, k, width) + running_scores[:, :, None]).view(searching, -1)
         scores, flat = torch.topk(totals, k=self.candidates)

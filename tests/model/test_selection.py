@@ -141,12 +141,15 @@ def test_a_shortlist_as_wide_as_the_candidates_gives_the_same_candidates(sentenc
     assert torch.equal(short.beam, whole.beam) and torch.equal(short.token, whole.token)
 
 
-def test_a_shortlist_narrower_than_the_candidates_or_a_sampled_beam_is_refused():
+def test_a_shortlist_narrower_than_the_candidates_without_values_or_for_a_sampled_beam_is_refused():
     shortlist = Shortlist(torch.zeros(2, 3), torch.zeros(2, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"shortlist of 3 tokens a row \(do_sample False\); expected at least the 4"):
+    with pytest.raises(ValueError, match=r"shortlist of 3 tokens a row \(do_sample False, log-probabilities given\)"):
         TopK(k=2, candidates=4, do_sample=False).propose_shortlist(shortlist, torch.zeros(1, 2))
-    with pytest.raises(ValueError, match=r"do_sample True\); expected at least the 2 candidates .* and no sampling"):
+    with pytest.raises(ValueError, match=r"do_sample True, .*expected at least the 2 candidates .* and no sampling"):
         TopK(k=1, candidates=2, do_sample=True).propose_shortlist(shortlist, torch.zeros(2, 1))
+    tokens_only = Shortlist(None, torch.zeros(2, 3, dtype=torch.long))  # a greedy step's: nothing to rank by
+    with pytest.raises(ValueError, match=r"log-probabilities none\); expected .* their log-probabilities"):
+        TopK(k=1, candidates=2, do_sample=False).propose_shortlist(tokens_only, torch.zeros(2, 1))
 
 
 def test_a_shortlist_is_refused_where_the_decoding_reads_the_whole_distribution():

@@ -53,6 +53,7 @@ def session(path: Path, graph: bytes | None = None) -> "onnxruntime.InferenceSes
 
 
 SHORTLIST_WIDTH = "shortlist_width"  # step_graph's input: how many tokens a row it ranks (decoding_vaswani.Shortlist)
+NORMALIZED = "shortlist_normalized"  # step_graph's input: the shortlist's log-probabilities (else the logits)
 SHORTLIST = ("shortlist_log_probs", "shortlist_tokens")
 
 
@@ -69,63 +70,97 @@ def widest_shortlist(vocab_size: int) -> int:
     return vocab_size // width if width else vocab_size - 1
 
 
-def shortlist_nodes(vocab_size: int) -> list:
-    """ONNX nodes giving each row's `shortlist_width` likeliest tokens and their log-probabilities from `logits`
-    (rows, positions, vocabulary): LogSoftmax, then a TopK in two stages where the vocabulary divides into blocks
-    (`block_width`). The k likeliest tokens lie in the k blocks whose maxima are highest (a token outside them is
-    below k block maxima), so the blocks are ranked by their maxima, and only those k blocks' tokens ranked one by one:
-    the same k values as one TopK over the row, in a third of the time (444 rows of 8,000 tokens, k 8, one thread:
-    10.9 against 17.4 ms with the LogSoftmax), since onnxruntime's TopK over a long row is slow and its ReduceMax
-    fast. Written here as no library offers it (onnxruntime has no such kernel; the ONNX operators are public)."""
-    log_probs = onnx.helper.make_node("LogSoftmax", ["logits"], ["shortlist/log_probs"], axis=-1)
+def shortlist_nodes(vocab_size: int, normalized: bool = True, outputs: tuple[str, str] = SHORTLIST) -> list:
+    """ONNX nodes giving each row's `shortlist_width` likeliest tokens (`outputs`: values, tokens) from `logits`
+    (rows, positions, vocabulary), with their log-probabilities where `normalized` (LogSoftmax first), else their
+    logits (the same tokens: log-softmax only shifts a row). Then a TopK in two stages where the vocabulary divides
+    into blocks (`block_width`): the k likeliest tokens lie in the k blocks whose maxima are highest (a token outside
+    them is below k block maxima), so the blocks are ranked by their maxima, and only those k blocks' tokens ranked one
+    by one: the same k values as one TopK over the row, in a third of the time (444 rows of 8,000 tokens, k 8, one
+    thread: 10.9 against 17.4 ms with the LogSoftmax), since onnxruntime's TopK over a long row is slow and its
+    ReduceMax fast. Written here as no library offers it (onnxruntime has no such kernel; the ONNX operators are
+    public)."""
+    prefix = f"shortlist/{'log_probs' if normalized else 'logits'}/"
+    node = onnx.helper.make_node
+    ranked = f"{prefix}ranked" if normalized else "logits"
+    first = [node("LogSoftmax", ["logits"], [ranked], axis=-1)] if normalized else []
     block = block_width(vocab_size)
     if block is None:
-        return [log_probs, onnx.helper.make_node("TopK", ["shortlist/log_probs", SHORTLIST_WIDTH], list(SHORTLIST))]
+        return [*first, node("TopK", [ranked, SHORTLIST_WIDTH], list(outputs))]
 
     def constant(name: str, value) -> onnx.NodeProto:
-        tensor = onnx.numpy_helper.from_array(np.array(value, dtype=np.int64), f"shortlist/{name}")
-        return onnx.helper.make_node("Constant", [], [f"shortlist/{name}"], value=tensor)
+        tensor = onnx.numpy_helper.from_array(np.array(value, dtype=np.int64), f"{prefix}{name}")
+        return node("Constant", [], [f"{prefix}{name}"], value=tensor)
 
-    node = onnx.helper.make_node
+    def name(*names: str) -> list[str]:
+        return [f"{prefix}{each}" for each in names]
+
     return [
-        log_probs,
+        *first,
         constant("blocks", [0, 0, vocab_size // block, block]),
         constant("last", [-1]),
         constant("across", [1, 1, 1, block]),
         constant("flat", [0, 0, -1]),
         constant("block", block),
-        node("Reshape", ["shortlist/log_probs", "shortlist/blocks"], ["shortlist/by_block"]),
-        node("ReduceMax", ["shortlist/by_block", "shortlist/last"], ["shortlist/maxima"], keepdims=0),
-        node("TopK", ["shortlist/maxima", SHORTLIST_WIDTH], ["shortlist/_", "shortlist/best_blocks"]),
-        node("Unsqueeze", ["shortlist/best_blocks", "shortlist/last"], ["shortlist/best_blocks_"]),
-        node("Expand", ["shortlist/best_blocks_", "shortlist/across"], ["shortlist/gather"]),
-        node("GatherElements", ["shortlist/by_block", "shortlist/gather"], ["shortlist/in_blocks"], axis=2),
-        node("Reshape", ["shortlist/in_blocks", "shortlist/flat"], ["shortlist/candidates"]),
-        node("TopK", ["shortlist/candidates", SHORTLIST_WIDTH], [SHORTLIST[0], "shortlist/place"]),
-        node("Div", ["shortlist/place", "shortlist/block"], ["shortlist/nth_block"]),
-        node("Mod", ["shortlist/place", "shortlist/block"], ["shortlist/within"]),
-        node("GatherElements", ["shortlist/best_blocks", "shortlist/nth_block"], ["shortlist/its_block"], axis=2),
-        node("Mul", ["shortlist/its_block", "shortlist/block"], ["shortlist/block_start"]),
-        node("Add", ["shortlist/block_start", "shortlist/within"], [SHORTLIST[1]]),
+        node("Reshape", [ranked, *name("blocks")], name("by_block")),
+        node("ReduceMax", name("by_block", "last"), name("maxima"), keepdims=0),
+        node("TopK", [*name("maxima"), SHORTLIST_WIDTH], name("_", "best_blocks")),
+        node("Unsqueeze", name("best_blocks", "last"), name("best_blocks_")),
+        node("Expand", name("best_blocks_", "across"), name("gather")),
+        node("GatherElements", name("by_block", "gather"), name("in_blocks"), axis=2),
+        node("Reshape", name("in_blocks", "flat"), name("candidates")),
+        node("TopK", [*name("candidates"), SHORTLIST_WIDTH], [outputs[0], *name("place")]),
+        node("Div", name("place", "block"), name("nth_block")),
+        node("Mod", name("place", "block"), name("within")),
+        node("GatherElements", name("best_blocks", "nth_block"), name("its_block"), axis=2),
+        node("Mul", name("its_block", "block"), name("block_start")),
+        node("Add", name("block_start", "within"), [outputs[1]]),
     ]
+
+
+def shortlist_switch(vocab_size: int) -> onnx.NodeProto:
+    """An If on the `NORMALIZED` input between the two `shortlist_nodes`: greedy search reads only each row's
+    likeliest token, which the logits rank as log-softmax does (its argmax over the logits, decoding_vaswani's
+    next_token), so its steps skip the LogSoftmax over the vocabulary (7% of a greedy step at 36 rows of 8,000
+    tokens); onnxruntime runs every node of a graph whatever outputs are asked, so the branch is chosen by a flag."""
+
+    def branch(normalized: bool) -> onnx.GraphProto:
+        outputs = tuple(f"shortlist/{'log_probs' if normalized else 'logits'}/{name}" for name in ("values", "tokens"))
+        return onnx.helper.make_graph(
+            shortlist_nodes(vocab_size, normalized, outputs),
+            f"shortlist_{'log_probs' if normalized else 'logits'}",
+            [],
+            [
+                onnx.helper.make_tensor_value_info(outputs[0], onnx.TensorProto.FLOAT, None),
+                onnx.helper.make_tensor_value_info(outputs[1], onnx.TensorProto.INT64, None),
+            ],
+        )
+
+    return onnx.helper.make_node(
+        "If", [NORMALIZED], list(SHORTLIST), then_branch=branch(True), else_branch=branch(False)
+    )
 
 
 def step_graph(path: Path, vocab_size: int) -> bytes:
     """The merged decoder as the engine runs it: identical to the export's except that it also gives each row's
-    `shortlist_width` likeliest next tokens and their log-probabilities (`shortlist_nodes` on its logits), so that a
-    step may hand the search (rows, width) numbers rather than (rows, vocabulary): the logits' copy out of the If and
-    the session, and the search's log-softmax and top-k over them, were a quarter of a translation's time (4.63 ->
-    4.16 s, 300 test2016 lines, beam 4, 2,000-token batches). The export itself stays as transformers.js reads it;
-    one session, so the weights are held once (the two branches as graphs of their own were as fast and held the
-    decoder's weights twice: +177 MB for a base-sized decoder of 194 MB)."""
+    `shortlist_width` likeliest next tokens and their log-probabilities, or their logits where `NORMALIZED` is false
+    (`shortlist_switch` on its logits), so that a step may hand the search (rows, width) numbers rather than (rows,
+    vocabulary): the logits' copy out of the If and the session, and the search's log-softmax and top-k over them,
+    were a quarter of a translation's time (4.63 -> 4.16 s, 300 test2016 lines, beam 4, 2,000-token batches). The
+    export itself stays as transformers.js reads it; one session, so the weights are held once (the two branches as
+    graphs of their own were as fast and held the decoder's weights twice: +177 MB for a base-sized decoder of 194
+    MB)."""
     model = onnx.load(str(path))
     if "logits" not in [output.name for output in model.graph.output]:
         raise CheckpointError(
             f"{path}: a graph without a logits output; expected the merged decoder vaswani-export-onnx writes "
             "(export the checkpoint again?)"
         )
-    model.graph.node.extend(shortlist_nodes(vocab_size))
-    model.graph.input.append(onnx.helper.make_tensor_value_info(SHORTLIST_WIDTH, onnx.TensorProto.INT64, [1]))
+    model.graph.node.append(shortlist_switch(vocab_size))
+    model.graph.input.extend([
+        onnx.helper.make_tensor_value_info(SHORTLIST_WIDTH, onnx.TensorProto.INT64, [1]),
+        onnx.helper.make_tensor_value_info(NORMALIZED, onnx.TensorProto.BOOL, [1]),
+    ])  # fmt: skip
     model.graph.output.extend([
         onnx.helper.make_tensor_value_info(SHORTLIST[0], onnx.TensorProto.FLOAT, None),
         onnx.helper.make_tensor_value_info(SHORTLIST[1], onnx.TensorProto.INT64, None),
@@ -143,7 +178,8 @@ class OnnxSteps:
     """The decoding loop's step object (as `decoding_vaswani.DecoderSteps` is for PyTorch): each call runs the merged
     decoder (`step_graph`) on the hypotheses' last tokens with the cache, `reorder` moves the self-attention cache to
     the chosen beams, `select` keeps the sentences still searching. A step gives its rows' `shortlist` likeliest
-    tokens (decoding_vaswani.Shortlist) where that is set, else the logits. The encoder output is one row a sentence
+    tokens (decoding_vaswani.Shortlist) where that is set, with their log-probabilities where `normalized` (a beam
+    ranks by them; greedy search reads only the tokens), else the logits. The encoder output is one row a sentence
     (`encoder_outputs`, which the one-beam loop counts sentences by), repeated for its hypotheses at the first step
     and kept so until a sentence leaves; the encoder-decoder attention's keys and values, computed at the first step,
     are kept (the later steps' encoder presents are empty, interop/onnx.py's `merged_decoder`; an export that passed
@@ -151,12 +187,22 @@ class OnnxSteps:
 
     cache = None  # no PyTorch cache to return
 
-    def __init__(self, decoder, states: np.ndarray, mask: np.ndarray, layers: int, shape, shortlist: int | None):
+    def __init__(
+        self,
+        decoder,
+        states: np.ndarray,
+        mask: np.ndarray,
+        layers: int,
+        shape,
+        shortlist: int | None,
+        normalized: bool,
+    ):
         self.decoder, self.layers, self.heads, self.width = decoder, layers, *shape
         self.encoder_outputs = BaseModelOutput(last_hidden_state=torch.from_numpy(states))
         self.mask = mask
         self.shortlist = shortlist
         self.shortlist_width = np.array([shortlist or 1], dtype=np.int64)
+        self.normalized = np.array([normalized])
         self.repeated = None  # the encoder feeds, repeated for the rows of a step
         self.past = None  # name -> array, KINDS a layer
         self.order = None  # the rows the self-attention cache is to take before the next step
@@ -189,7 +235,7 @@ class OnnxSteps:
         if cached:
             self.follow()
         feeds = {**self.encoder_feeds(rows), "use_cache_branch": np.array([cached])}
-        feeds[SHORTLIST_WIDTH] = self.shortlist_width
+        feeds[SHORTLIST_WIDTH], feeds[NORMALIZED] = self.shortlist_width, self.normalized
         if cached:
             feeds["input_ids"] = sequences[:, -1:].numpy()
             feeds.update(self.past)
@@ -208,7 +254,8 @@ class OnnxSteps:
             },
         }
         if self.shortlist:
-            return Shortlist(*(torch.from_numpy(results[name][:, -1]) for name in SHORTLIST))
+            values, tokens = (torch.from_numpy(results[name][:, -1]) for name in SHORTLIST)
+            return Shortlist(values if self.normalized[0] else None, tokens)
         return Seq2SeqLMOutput(logits=torch.from_numpy(results["logits"][:, -1:]))
 
     def reorder(self, rows: torch.Tensor) -> None:
@@ -369,7 +416,7 @@ class OnnxRuntimeModel(ExportedModel):
         selection = TopK.of(config)
         shortlist = selection.candidates if beams > 1 else 1
         shortlist = None if processors or shortlist > widest_shortlist(self.vocab_size) else shortlist
-        steps = OnnxSteps(self.decoder, states, mask, self.layers, self.shape, shortlist)
+        steps = OnnxSteps(self.decoder, states, mask, self.layers, self.shape, shortlist, beams > 1)
         rows = max(beams, nbest)
         start = torch.full((len(ids) * rows, 1), self.generation_config.decoder_start_token_id, dtype=torch.long)
         recorder = Recorder(GenerationConfig(), steps.encoder_outputs)  # nothing recorded step by step

@@ -6,6 +6,7 @@ The export is built once per process (helpers/onnx_export.py): the trained tiny 
 Untrained, its translations run long (to source + 50 tokens), which the limit and the batch's shrinking must follow.
 """
 
+import itertools
 import re
 
 import numpy as np
@@ -27,7 +28,13 @@ from modeling_vaswani.toolkit.cli import evaluate, translate  # noqa: E402
 from modeling_vaswani.toolkit.data.corpora import multi30k_files, read_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.engines import load_translator  # noqa: E402
 from modeling_vaswani.toolkit.translation.errors import RequestError  # noqa: E402
-from modeling_vaswani.toolkit.translation.onnxruntime import SHORTLIST, OnnxRuntimeModel, OnnxSteps, step_graph  # noqa: E402
+from modeling_vaswani.toolkit.translation.onnxruntime import (  # noqa: E402
+    NORMALIZED,
+    SHORTLIST,
+    OnnxRuntimeModel,
+    OnnxSteps,
+    step_graph,
+)
 from modeling_vaswani.toolkit.translation.request import EXPORTED_OPTIONS  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate_nbest  # noqa: E402
@@ -142,7 +149,7 @@ def test_a_beam_wider_than_the_shortlist_runs_on_the_logits_as_pytorch_s(loaded,
     _, _, (model, tokenizer), (engine, _) = loaded
     assert engine.vocab_size == 400
     widths, init = [], OnnxSteps.__init__
-    monkeypatch.setattr(OnnxSteps, "__init__", lambda self, *args: widths.append(args[-1]) or init(self, *args))
+    monkeypatch.setattr(OnnxSteps, "__init__", lambda self, *args: widths.append(args[-2]) or init(self, *args))
     options = {**SHORT, "max_new_tokens": 4}
     for beams, width in ((200, None), (6, None), (5, 10)):
         ours = translate_nbest(model, tokenizer, sentences[:2], 2, num_beams=beams, **options)
@@ -191,7 +198,8 @@ def test_searches_run_at_once_give_one_search_s_hypotheses_whatever_the_padding_
 def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
     """The engine's step graph against the exported merged decoder run by a session of the test's own, on a first
     step and a cached one (its cache the first step's presents): the same logits and presents, and each row's 5
-    likeliest tokens and log-probabilities are torch's topk of log_softmax over the merged graph's logits."""
+    likeliest tokens and log-probabilities are torch's topk of log_softmax over the merged graph's logits (the
+    logits themselves where the shortlist is not normalized, as greedy search asks)."""
     _, folder, _, (engine, _) = loaded
     path = folder / "onnx" / "decoder_model_merged.onnx"
     merged = onnxruntime.InferenceSession(str(path))
@@ -217,12 +225,13 @@ def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortli
     later_feeds.update(zip(pasts, (first[name] for name in names[1:]), strict=True))
     later = dict(zip(names, merged.run(None, later_feeds), strict=True))
     session = onnxruntime.InferenceSession(step_graph(path, settings["vocab_size"]))
-    for step_feeds, expected in ((feeds, first), (later_feeds, later)):
-        given = {**step_feeds, "shortlist_width": np.array([width])}
+    for (step_feeds, expected), normalized in itertools.product(((feeds, first), (later_feeds, later)), (True, False)):
+        given = {**step_feeds, "shortlist_width": np.array([width]), NORMALIZED: np.array([normalized])}
         results = dict(zip([*names, *SHORTLIST], session.run([*names, *SHORTLIST], given), strict=True))
         for name in names:
             np.testing.assert_allclose(results[name], expected[name], atol=1e-5, err_msg=name)
-        values, tokens = torch.topk(torch.log_softmax(torch.from_numpy(expected["logits"][:, -1]), dim=-1), width)
+        logits = torch.from_numpy(expected["logits"][:, -1])
+        values, tokens = torch.topk(torch.log_softmax(logits, dim=-1) if normalized else logits, width)
         assert torch.equal(torch.from_numpy(results[SHORTLIST[1]][:, -1]), tokens)
         np.testing.assert_allclose(results[SHORTLIST[0]][:, -1], values.numpy(), atol=1e-5)
 

@@ -1,6 +1,6 @@
-"""The onnxruntime engine's shortlist (translation/onnxruntime.py `shortlist_nodes`: LogSoftmax, then a TopK in two
-stages where the vocabulary divides into blocks) against one TopK over whole rows and against torch, on logits drawn
-at random: vocabularies with and without blocks, every width the engine may ask, ties."""
+"""The onnxruntime engine's shortlist (translation/onnxruntime.py `shortlist_switch`: LogSoftmax or not, then a TopK
+in two stages where the vocabulary divides into blocks) against one TopK over whole rows and against torch, on logits
+drawn at random: vocabularies with and without blocks, every width the engine may ask, ties, either branch."""
 
 import numpy as np
 import pytest
@@ -13,15 +13,16 @@ onnxruntime = pytest.importorskip("onnxruntime")
 import onnx  # noqa: E402
 
 from modeling_vaswani.toolkit.translation.onnxruntime import (  # noqa: E402
+    NORMALIZED,
     SHORTLIST,
     SHORTLIST_WIDTH,
     block_width,
-    shortlist_nodes,
+    shortlist_switch,
     widest_shortlist,
 )
 
 
-def run(nodes, logits: np.ndarray, width: int) -> list[np.ndarray]:
+def run(nodes, logits: np.ndarray, width: int, normalized: bool = True) -> list[np.ndarray]:
     """`nodes` as a graph of their own, from `logits` to the shortlist."""
     graph = onnx.helper.make_graph(
         nodes,
@@ -29,6 +30,7 @@ def run(nodes, logits: np.ndarray, width: int) -> list[np.ndarray]:
         [
             onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, [None, None, logits.shape[-1]]),
             onnx.helper.make_tensor_value_info(SHORTLIST_WIDTH, onnx.TensorProto.INT64, [1]),
+            onnx.helper.make_tensor_value_info(NORMALIZED, onnx.TensorProto.BOOL, [1]),
         ],
         [
             onnx.helper.make_tensor_value_info(SHORTLIST[0], onnx.TensorProto.FLOAT, [None, None, None]),
@@ -38,13 +40,21 @@ def run(nodes, logits: np.ndarray, width: int) -> list[np.ndarray]:
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 18)])
     onnx.checker.check_model(model)
     session = onnxruntime.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(list(SHORTLIST), {"logits": logits, SHORTLIST_WIDTH: np.array([width], dtype=np.int64)})
+    feeds = {"logits": logits, SHORTLIST_WIDTH: np.array([width], dtype=np.int64), NORMALIZED: np.array([normalized])}
+    return session.run(
+        list(SHORTLIST), {name: value for name, value in feeds.items() if name in session_inputs(session)}
+    )
+
+
+def session_inputs(session) -> set[str]:
+    return {each.name for each in session.get_inputs()}
 
 
 WHOLE_ROWS = [  # the test's own: one TopK over each whole row
     onnx.helper.make_node("LogSoftmax", ["logits"], ["log_probs"], axis=-1),
     onnx.helper.make_node("TopK", ["log_probs", SHORTLIST_WIDTH], list(SHORTLIST), axis=-1),
 ]
+WHOLE_LOGITS = [onnx.helper.make_node("TopK", ["logits", SHORTLIST_WIDTH], list(SHORTLIST), axis=-1)]
 
 
 def test_blocks_are_a_divisor_from_32_and_none_without_one():
@@ -60,21 +70,23 @@ def test_blocks_are_a_divisor_from_32_and_none_without_one():
     rows=st.integers(1, 4),
     positions=st.integers(1, 2),
     tied=st.booleans(),
+    normalized=st.booleans(),
     seed=st.integers(0, 2**32 - 1),
     data=st.data(),
 )
-def test_the_shortlist_is_each_rows_likeliest_tokens(vocab_size, rows, positions, tied, seed, data):
+def test_the_shortlist_is_each_rows_likeliest_tokens(vocab_size, rows, positions, tied, normalized, seed, data):
     width = data.draw(st.integers(1, min(widest_shortlist(vocab_size), 16)), label="width")
     generator = np.random.default_rng(seed)
     shape = (rows, positions, vocab_size)
     # Small integers make ties (many tokens of one value); normal draws, none.
     logits = generator.integers(-3, 3, shape) if tied else generator.standard_normal(shape) * 4
     logits = logits.astype(np.float32)
-    values, tokens = run(shortlist_nodes(vocab_size), logits, width)
-    whole_values, whole_tokens = run(WHOLE_ROWS, logits, width)
+    values, tokens = run([shortlist_switch(vocab_size)], logits, width, normalized)
+    whole_values, whole_tokens = run(WHOLE_ROWS if normalized else WHOLE_LOGITS, logits, width)
     assert values.shape == tokens.shape == (rows, positions, width)
     np.testing.assert_array_equal(values, whole_values)  # the same k values, in the same order
-    log_probs = torch.log_softmax(torch.from_numpy(logits), dim=-1)
+    # The logits' branch ranks the logits: the same tokens, its values the logits themselves.
+    log_probs = torch.log_softmax(torch.from_numpy(logits), dim=-1) if normalized else torch.from_numpy(logits)
     np.testing.assert_allclose(values, torch.topk(log_probs, width).values.numpy(), atol=1e-5)  # and torch's
     # Each token holds its value in its row, none twice: a tie may be broken otherwise than by one TopK.
     np.testing.assert_allclose(np.take_along_axis(log_probs.numpy(), tokens, axis=-1), values, atol=1e-5)
