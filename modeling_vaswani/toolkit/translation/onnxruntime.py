@@ -11,6 +11,7 @@ onnxruntime is an optional extra: importing this module without it raises an Imp
 it.
 """
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -291,7 +292,9 @@ class OnnxRuntimeModel(ExportedModel):
     where onnxruntime's threads would share each step, lets one search's Python work run beside another's network:
     300 test2016 lines, beam 4, 2,000-token batches, 2 cores: 4.22-4.35 -> 3.49-3.57 s, greedy 0.91 -> 0.85 s; a
     single sentence's search ran as fast on one thread as on two (5.48 against 5.46 s for 60 sentences, beam 4): the
-    same translations (docs/interop.md)."""
+    same translations (docs/interop.md). The searches are the model's own pool's (`pool`), shared by every call, so
+    that a caller with the next batch ready (`batches_in_flight`: translate's loop, several server requests) keeps
+    every search busy while a batch's slowest share ends."""
 
     device = torch.device("cpu")
     engine = "onnxruntime"  # engines.OnnxRuntime holds it
@@ -302,6 +305,7 @@ class OnnxRuntimeModel(ExportedModel):
         self.export = export or validate_onnx(folder, quantized)
         settings, generation = self.export.settings, self.export.generation_config
         self.threads = threads
+        self.pools, self.pools_lock = {}, threading.Lock()  # `pool`
         self.encoder = session(self.export.encoder)
         self.decoder = session(self.export.decoder, step_graph(self.export.decoder, settings["vocab_size"]))
         self.config = OnnxConfig(settings["max_position_embeddings"])
@@ -370,14 +374,29 @@ class OnnxRuntimeModel(ExportedModel):
             ids, mask = input_ids[share, :width], attention_mask[share, :width]
             return self.hypotheses(ids, mask, nbest, num_beams, limits[share], prefixes)
 
-        if len(shares) == 1:
+        if searches == 1:
             return search(shares[0])
         rows = [None] * len(input_ids)
-        with ThreadPoolExecutor(len(shares), thread_name_prefix="onnxruntime-search") as pool:
-            for share, found in zip(shares, pool.map(search, shares), strict=True):
-                for row, hypotheses in zip(share, found, strict=True):
-                    rows[row] = hypotheses
+        pool = self.pool(searches)
+        for share, found in zip(shares, [pool.submit(search, share) for share in shares], strict=True):
+            for row, hypotheses in zip(share, found.result(), strict=True):
+                rows[row] = hypotheses
         return rows
+
+    def pool(self, searches: int) -> ThreadPoolExecutor:
+        """The model's `searches` threads, made once for each count a call asks and shared by every call since:
+        one call's shares wait behind another's rather than run beside them on the same cores."""
+        with self.pools_lock:
+            if searches not in self.pools:
+                self.pools[searches] = ThreadPoolExecutor(searches, thread_name_prefix="onnxruntime-search")
+            return self.pools[searches]
+
+    @property
+    def batches_in_flight(self) -> int:
+        """How many batches a caller may hand over at once (translate's loop): two where several searches run, so
+        that the next batch's shares start as the searches of the last one end, one by one (greedy, 300 test2016
+        lines at 2,000-token batches, two searches: a batch's slowest share ran about 12% past the mean)."""
+        return 2 if self.searches > 1 else 1
 
     def hypotheses(self, input_ids, attention_mask, nbest, num_beams, limits, target_prefix):
         """`nbest_hypotheses` of one search: `limits`, each sentence's longest output (the start token counted);

@@ -4,9 +4,11 @@ length, with the checks every translating caller makes before any work starts. W
 (data/sentences.py), the sentences of all lines batched together, and each line's translations joined back with its
 own spacing."""
 
+import collections
 import functools
 import inspect
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 
 import torch
@@ -280,6 +282,28 @@ def request_batches(model, tokenizer, request: CheckedRequest, layout, sentences
     )  # fmt: skip
 
 
+def each_generated(model, batches: Iterable[tuple[list[int], dict, dict]], generate: Callable) -> Iterator[tuple]:
+    """Each batch's sentence indices and `generate(batch, kwargs)`, in the batches' order. A model that runs several
+    searches at once says how many batches it takes at once (`batches_in_flight`, the onnxruntime engine's): the next
+    batch is handed over before the last one's result is read, so that its searches do not wait at each batch's end
+    for its slowest one; the others get one batch at a time."""
+    at_once = getattr(model, "batches_in_flight", 1)
+    if at_once == 1:
+        for indices, batch, kwargs in batches:
+            yield indices, generate(batch, kwargs)
+        return
+    with ThreadPoolExecutor(at_once, thread_name_prefix="batches") as pool:
+        pending = collections.deque()
+        for indices, batch, kwargs in batches:
+            pending.append((indices, pool.submit(generate, batch, kwargs)))
+            if len(pending) == at_once:
+                indices, result = pending.popleft()
+                yield indices, result.result()
+        while pending:
+            indices, result = pending.popleft()
+            yield indices, result.result()
+
+
 def decode_request(model, tokenizer, request: CheckedRequest, **generate_kwargs):
     """What `translate_sentences` gives, for a request checked already (its front end's one check): the `Layout`, the
     sentences translated and their translations. `generate_kwargs`: generate()'s own beyond the request."""
@@ -289,8 +313,11 @@ def decode_request(model, tokenizer, request: CheckedRequest, **generate_kwargs)
         return layout, [], []
     translations = [None] * len(sentences)
     batches = request_batches(model, tokenizer, request, layout, sentences, prefixes, generate_kwargs)
-    for indices, batch, kwargs in batches:
-        generated = model.generate(**batch, paper_decoding=request.paper_decoding, **kwargs)
+
+    def generate(batch: dict, kwargs: dict):
+        return model.generate(**batch, paper_decoding=request.paper_decoding, **kwargs)
+
+    for indices, generated in each_generated(model, batches, generate):
         for index, text in zip(indices, tokenizer.batch_decode(generated, skip_special_tokens=True), strict=True):
             translations[index] = text
     return layout, list(sentences), translations
@@ -304,12 +331,14 @@ def decode_nbest(model, tokenizer, request: CheckedRequest, **generate_kwargs) -
         return [[] for _ in layout.starts]
     results = [None] * len(sentences)
     batches = request_batches(model, tokenizer, request, layout, sentences, prefixes, generate_kwargs)
-    for indices, batch, kwargs in batches:
+
+    def generate(batch: dict, kwargs: dict):
         if hasattr(model, "generate_checked_nbest"):  # an exported model: its engine searches, not checking again
             nbest, paper = request.nbest, request.paper_decoding
-            rows = model.generate_checked_nbest(**batch, nbest=nbest, paper_decoding=paper, **kwargs)
-        else:
-            rows = pytorch_nbest(model, batch, request.nbest, request.paper_decoding, kwargs)
+            return model.generate_checked_nbest(**batch, nbest=nbest, paper_decoding=paper, **kwargs)
+        return pytorch_nbest(model, batch, request.nbest, request.paper_decoding, kwargs)
+
+    for indices, rows in each_generated(model, batches, generate):
         for index, hypotheses in zip(indices, rows, strict=True):
             results[index] = [
                 Hypothesis(tokenizer.decode(ids, skip_special_tokens=True), score) for ids, score in hypotheses

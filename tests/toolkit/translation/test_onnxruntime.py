@@ -6,8 +6,11 @@ The export is built once per process (helpers/onnx_export.py): the trained tiny 
 Untrained, its translations run long (to source + 50 tokens), which the limit and the batch's shrinking must follow.
 """
 
+import copy
 import itertools
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -193,6 +196,45 @@ def test_searches_run_at_once_give_one_search_s_hypotheses_whatever_the_padding_
     assert [[h.text for h in row] for row in texts] == [
         [h.text for h in row] for row in translate_nbest(model, tokenizer, seven, 2, num_beams=4, **SHORT)
     ]
+
+
+def test_batches_handed_over_two_at_once_and_many_callers_share_the_models_searches(loaded, sentences):
+    """An engine of two searches takes two batches at once (translate's loop hands the next one over before the last
+    one ends) and one of one search a batch at a time; both give one search's translations, greedy and beam. Then 6
+    callers at once over 3 rounds, each its own sentences and beam, on the one engine: every answer is the one the
+    same call gets alone, and every call's searches ran on the model's one pool of two. Each caller pads with a
+    tokenizer of its own, as vaswani-serve's threads do: a tokenizer's padding is state its calls set."""
+    _, folder, (_, tokenizer), _ = loaded
+    one, two = OnnxRuntimeModel(folder, threads=1), OnnxRuntimeModel(folder, threads=2)
+    assert (one.batches_in_flight, two.batches_in_flight) == (1, 2)
+    calls, running, lock = [0, 0], [0], threading.Lock()
+    nbest = two.nbest_hypotheses
+
+    def counted(*args, **kwargs):
+        with lock:
+            running[0] += 1
+            calls[0], calls[1] = calls[0] + 1, max(calls[1], running[0])
+        try:
+            return nbest(*args, **kwargs)
+        finally:
+            with lock:
+                running[0] -= 1
+
+    two.nbest_hypotheses = counted
+
+    def ask(engine, part: list[str], beams: int, own=tokenizer, **options) -> list[str]:
+        return translate_sentences(engine, own, part, **SHORT, num_beams=beams, **options)
+
+    for beams in (1, 4):
+        assert ask(two, sentences, beams, batch_size=2) == ask(one, sentences, beams, batch_size=2)  # 6 batches
+    assert calls == [12, 2]  # two batches in the engine's hands at once
+
+    requests = [(sentences[first::3], 1 + first % 4, copy.deepcopy(tokenizer)) for first in range(6)]
+    alone = [ask(one, *request) for request in requests]
+    for _ in range(3):
+        with ThreadPoolExecutor(len(requests)) as callers:
+            assert list(callers.map(lambda request: ask(two, *request), requests)) == alone
+    assert list(two.pools) == [2]
 
 
 def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
