@@ -32,7 +32,7 @@ from ...decoding_vaswani import Recorder, Shortlist, greedy_search, sentence_row
 from ...guidance_vaswani import TargetPrefix, check_target_prefix
 from ...search_vaswani import MaxLengthPerSentence, TopK, beam_search, max_output_length
 from ..checkpoints import CheckpointError, OnnxExport, validate_onnx
-from .request import ExportedModel
+from .request import EXPORTED_OPTIONS, ExportedModel
 
 KINDS = [(part, kind) for part in ("decoder", "encoder") for kind in ("key", "value")]
 
@@ -298,6 +298,7 @@ class OnnxRuntimeModel(ExportedModel):
 
     device = torch.device("cpu")
     engine = "onnxruntime"  # engines.OnnxRuntime holds it
+    options = (*EXPORTED_OPTIONS, "searches")  # how many searches a batch is dealt to (`nbest_hypotheses`)
 
     def __init__(
         self, folder: str | Path, export: OnnxExport | None = None, quantized: bool = False, threads: int | None = None
@@ -336,6 +337,7 @@ class OnnxRuntimeModel(ExportedModel):
         num_beams: int | None = None,
         max_new_tokens: int | None = None,
         target_prefix: list[list[int]] | None = None,
+        searches: int | None = None,
     ) -> list[list[tuple[list[int], float | None]]]:
         """Each row's `nbest` best hypotheses, best first: their output token ids (`</s>` included where generated)
         and the score the search ranked them by, log P(Y|X) / lp(Y) with GNMT's lp (None greedy: one hypothesis a
@@ -343,8 +345,10 @@ class OnnxRuntimeModel(ExportedModel):
         the beam here: a translating entry's request was checked once by its front end
         (`request.TranslationRequest.check`), a direct call by `generate_nbest`.
 
-        The sentences are dealt to `searches` searches run at once (every n-th to each: a batch comes sorted by
-        length, so each gets its share of long and short ones), each given only the columns its own sentences use."""
+        The sentences are dealt to `searches` searches (None: the model's `searches`; translate's loop asks 1 for a
+        batch that others follow, `translate.each_generated`), every n-th to each (a batch comes sorted by length, so
+        each gets its share of long and short ones), each given only the columns its own sentences use; they run on
+        the model's pool (`pool`) where it has several searches."""
         if not paper_decoding:
             raise ValueError(
                 "paper_decoding=False: the onnxruntime engine decodes as Section 6.1 (the payload's search, which "
@@ -363,7 +367,10 @@ class OnnxRuntimeModel(ExportedModel):
         limits = 1 + max_output_length(source_lengths, max_new_tokens or None)  # the start token counted
         if target_prefix is not None:
             target_prefix = check_target_prefix(target_prefix, self.vocab_size, (limits - 1).tolist())
-        searches = self.searches
+        if searches is not None and (isinstance(searches, bool) or not isinstance(searches, int) or searches < 1):
+            raise ValueError(f"searches={searches!r}: expected a whole number of searches, at least 1, or None")
+        threads = self.searches
+        searches = searches or threads
         shares = [list(range(first, len(input_ids), searches)) for first in range(searches)]
         shares = [share for share in shares if share]
 
@@ -374,10 +381,10 @@ class OnnxRuntimeModel(ExportedModel):
             ids, mask = input_ids[share, :width], attention_mask[share, :width]
             return self.hypotheses(ids, mask, nbest, num_beams, limits[share], prefixes)
 
-        if searches == 1:
+        if threads == 1 and searches == 1:
             return search(shares[0])
         rows = [None] * len(input_ids)
-        pool = self.pool(searches)
+        pool = self.pool(threads)
         for share, found in zip(shares, [pool.submit(search, share) for share in shares], strict=True):
             for row, hypotheses in zip(share, found.result(), strict=True):
                 rows[row] = hypotheses
@@ -393,10 +400,11 @@ class OnnxRuntimeModel(ExportedModel):
 
     @property
     def batches_in_flight(self) -> int:
-        """How many batches a caller may hand over at once (translate's loop): two where several searches run, so
-        that the next batch's shares start as the searches of the last one end, one by one (greedy, 300 test2016
-        lines at 2,000-token batches, two searches: a batch's slowest share ran about 12% past the mean)."""
-        return 2 if self.searches > 1 else 1
+        """How many batches a caller may hand over at once (translate's loop, `translate.each_generated`): two a
+        search where several run, one running and one waiting, so that a search that ends a batch takes the next at
+        once; a batch that as many follow is run whole by one search (its steps larger than its shares' would be),
+        the last ones dealt to every search, so that none waits at the end for the slowest."""
+        return 2 * self.searches if self.searches > 1 else 1
 
     def hypotheses(self, input_ids, attention_mask, nbest, num_beams, limits, target_prefix):
         """`nbest_hypotheses` of one search: `limits`, each sentence's longest output (the start token counted);

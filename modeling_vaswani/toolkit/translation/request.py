@@ -169,15 +169,16 @@ class ExportedModel:
 
     engine: str
     num_beams: int
+    options = EXPORTED_OPTIONS  # what its search takes: a subclass may add its own
 
     def generate_checked_nbest(self, input_ids, attention_mask=None, nbest: int = 1, **options):
         """Each row's `nbest` best hypotheses (`nbest_hypotheses`, the engine's search), after the one check of the
         options a call gives: an option the exported engines' search does not take (generate()'s others:
         early_stopping, do_sample, max_length, ...) is refused by name before any work, not met by a TypeError."""
-        if unknown := sorted(set(options) - set(EXPORTED_OPTIONS)):
+        if unknown := sorted(set(options) - set(self.options)):
             given = ", ".join(f"{name}={options[name]!r}" for name in unknown)
             raise ValueError(
-                f"{given}: the {ENGINES[self.engine].title} engine's search takes {', '.join(EXPORTED_OPTIONS)} "
+                f"{given}: the {ENGINES[self.engine].title} engine's search takes {', '.join(self.options)} "
                 "only; expected those, or the checkpoint it was exported from on the PyTorch engine for generate()'s "
                 "other options"
             )

@@ -285,20 +285,32 @@ def request_batches(model, tokenizer, request: CheckedRequest, layout, sentences
 def each_generated(model, batches: Iterable[tuple[list[int], dict, dict]], generate: Callable) -> Iterator[tuple]:
     """Each batch's sentence indices and `generate(batch, kwargs)`, in the batches' order. A model that runs several
     searches at once says how many batches it takes at once (`batches_in_flight`, the onnxruntime engine's): the next
-    batch is handed over before the last one's result is read, so that its searches do not wait at each batch's end
-    for its slowest one; the others get one batch at a time."""
+    batches are handed over before the last one's result is read, each run whole by one search (`searches=1` among
+    its generate() arguments, unless they say otherwise) while as many follow it as the model takes, so that every
+    search has a batch of its own; the last ones are dealt to all its searches, so that none waits at the end for the
+    slowest batch. The batches are read that many ahead of those handed over. Other models get one batch at a
+    time."""
     at_once = getattr(model, "batches_in_flight", 1)
     if at_once == 1:
         for indices, batch, kwargs in batches:
             yield indices, generate(batch, kwargs)
         return
     with ThreadPoolExecutor(at_once, thread_name_prefix="batches") as pool:
-        pending = collections.deque()
-        for indices, batch, kwargs in batches:
-            pending.append((indices, pool.submit(generate, batch, kwargs)))
+        read, pending = collections.deque(), collections.deque()
+
+        def hand_over(whole: bool) -> Iterator[tuple]:
+            indices, batch, kwargs = read.popleft()
+            pending.append((indices, pool.submit(generate, batch, {"searches": 1, **kwargs} if whole else kwargs)))
             if len(pending) == at_once:
                 indices, result = pending.popleft()
                 yield indices, result.result()
+
+        for batch in batches:
+            read.append(batch)
+            if len(read) > at_once:  # as many batches follow it as the model takes: one search runs it whole
+                yield from hand_over(whole=True)
+        while read:
+            yield from hand_over(whole=False)
         while pending:
             indices, result = pending.popleft()
             yield indices, result.result()

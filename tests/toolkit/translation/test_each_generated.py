@@ -1,6 +1,7 @@
 """translate.each_generated, the translating loop every front end runs batches through: results in the batches'
 order, no more batches in a model's hands than it says it takes (`batches_in_flight`), the batches read no further
-ahead than that, and a batch's error raised as itself, on batches of random sizes and random work times."""
+ahead than twice that, a batch run whole by one search (`searches=1`) exactly where as many batches follow it, and a
+batch's error raised as itself, on batches of random sizes and random work times."""
 
 import threading
 import time
@@ -27,6 +28,7 @@ class Work:
         self.delays, self.failing = delays, failing
         self.running = self.most = self.read = 0
         self.lock = threading.Lock()
+        self.searches = {}  # batch number -> the searches its call asked (None: not said)
 
     def batches(self):
         for number, delay in enumerate(self.delays):
@@ -37,6 +39,7 @@ class Work:
         with self.lock:
             self.running += 1
             self.most = max(self.most, self.running)
+            self.searches[kwargs["number"]] = kwargs.get("searches")
         try:
             time.sleep(batch["delay"])
             if kwargs["number"] == self.failing:
@@ -57,15 +60,32 @@ def test_results_come_in_order_with_at_most_the_models_batches_at_once(delays, a
     seen = []
     for indices, result in each_generated(Model(at_once), work.batches(), work):
         seen.append((indices, result))
-        assert work.read <= len(seen) + (at_once or 1) - 1  # read at most the batches in the model's hands ahead
+        # Read ahead: those in the model's hands and, where it takes several, as many to know which come last.
+        assert work.read <= len(seen) + (2 * at_once - 1 if (at_once or 1) > 1 else 0)
     assert seen == [([number], [f"S{number}"]) for number in range(len(delays))]
     assert work.most <= (at_once or 1)
+    # Whole (one search) exactly where at least the model's batches at once follow, where it takes several.
+    whole = [1 if (at_once or 1) > 1 and len(delays) - number > at_once else None for number in range(len(delays))]
+    assert [work.searches[number] for number in range(len(delays))] == whole
 
 
 def test_two_batches_are_in_the_models_hands_at_once_where_it_takes_two():
     work = Work([0.02] * 4)
     assert [indices for indices, _ in each_generated(Model(2), work.batches(), work)] == [[0], [1], [2], [3]]
     assert work.most == 2
+    assert work.searches == {0: 1, 1: 1, 2: None, 3: None}
+
+
+def test_a_callers_own_searches_are_kept():
+    """A call that names its searches (a generate() argument) keeps them on every batch, whole or last."""
+    work = Work([0.0] * 5)
+
+    def batches():
+        for indices, batch, kwargs in work.batches():
+            yield indices, batch, {**kwargs, "searches": 3}
+
+    assert len(list(each_generated(Model(2), batches(), work))) == 5
+    assert work.searches == {number: 3 for number in range(5)}
 
 
 @pytest.mark.parametrize("at_once", [1, 2])

@@ -38,7 +38,6 @@ from modeling_vaswani.toolkit.translation.onnxruntime import (  # noqa: E402
     OnnxSteps,
     step_graph,
 )
-from modeling_vaswani.toolkit.translation.request import EXPORTED_OPTIONS  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate as translate_sentences  # noqa: E402
 from modeling_vaswani.toolkit.translation.translate import translate_nbest  # noqa: E402
 
@@ -184,6 +183,13 @@ def test_searches_run_at_once_give_one_search_s_hypotheses_whatever_the_padding_
         right = tokenizer(seven, return_tensors="pt", padding=True)
         theirs = three.generate_nbest(right.input_ids, right.attention_mask, **options)
         assert theirs == one.generate_nbest(right.input_ids, right.attention_mask, **options)
+        # A call's own count: one search of all, shares of 4 and 3, one a sentence; the same tokens, and scores
+        # within float32's rounding (a share's padding to its own columns changes the sums' order).
+        for engine, searches in ((three, 1), (three, 2), (three, 7), (three, 9), (one, 3)):
+            asked = engine.generate_nbest(right.input_ids, right.attention_mask, searches=searches, **options)
+            assert [[ids for ids, _ in row] for row in asked] == [[ids for ids, _ in row] for row in theirs]
+            for row, expected in zip(asked, theirs, strict=True):
+                assert [score for _, score in row] == pytest.approx([score for _, score in expected], abs=1e-5)
         tokenizer.padding_side = "left"
         try:
             left = tokenizer(seven, return_tensors="pt", padding=True)
@@ -198,43 +204,61 @@ def test_searches_run_at_once_give_one_search_s_hypotheses_whatever_the_padding_
     ]
 
 
-def test_batches_handed_over_two_at_once_and_many_callers_share_the_models_searches(loaded, sentences):
-    """An engine of two searches takes two batches at once (translate's loop hands the next one over before the last
-    one ends) and one of one search a batch at a time; both give one search's translations, greedy and beam. Then 6
-    callers at once over 3 rounds, each its own sentences and beam, on the one engine: every answer is the one the
-    same call gets alone, and every call's searches ran on the model's one pool of two. Each caller pads with a
-    tokenizer of its own, as vaswani-serve's threads do: a tokenizer's padding is state its calls set."""
+def test_batches_handed_over_at_once_and_many_callers_share_the_models_searches(loaded, sentences):
+    """An engine of two searches takes four batches at once (translate's loop hands the next ones over before the
+    last one ends), the first ones each run whole by one search and the last four dealt to both, and one of one
+    search takes a batch at a time; both give one search's translations, greedy and beam, and never more than two
+    searches run at once. Then 6 callers at once over 3 rounds, each its own sentences and beam, on the one engine:
+    every answer is the one the same call gets alone, and every call's searches ran on the model's one pool of two.
+    Each caller pads with a tokenizer of its own, as vaswani-serve's threads do: a tokenizer's padding is state its
+    calls set."""
     _, folder, (_, tokenizer), _ = loaded
     one, two = OnnxRuntimeModel(folder, threads=1), OnnxRuntimeModel(folder, threads=2)
-    assert (one.batches_in_flight, two.batches_in_flight) == (1, 2)
-    calls, running, lock = [0, 0], [0], threading.Lock()
-    nbest = two.nbest_hypotheses
+    assert (one.batches_in_flight, two.batches_in_flight) == (1, 4)
+    lock = threading.Lock()
+    counts = {"calls": 0, "calls at once": 0, "searches": 0, "searches at once": 0}
+    running = {"calls": 0, "searches": 0}
 
-    def counted(*args, **kwargs):
-        with lock:
-            running[0] += 1
-            calls[0], calls[1] = calls[0] + 1, max(calls[1], running[0])
-        try:
-            return nbest(*args, **kwargs)
-        finally:
+    def counted(method, kind):
+        def call(*args, **kwargs):
             with lock:
-                running[0] -= 1
+                running[kind] += 1
+                counts[kind] += 1
+                counts[f"{kind} at once"] = max(counts[f"{kind} at once"], running[kind])
+            try:
+                return method(*args, **kwargs)
+            finally:
+                with lock:
+                    running[kind] -= 1
 
-    two.nbest_hypotheses = counted
+        return call
+
+    two.nbest_hypotheses = counted(two.nbest_hypotheses, "calls")
+    two.hypotheses = counted(two.hypotheses, "searches")
 
     def ask(engine, part: list[str], beams: int, own=tokenizer, **options) -> list[str]:
         return translate_sentences(engine, own, part, **SHORT, num_beams=beams, **options)
 
     for beams in (1, 4):
         assert ask(two, sentences, beams, batch_size=2) == ask(one, sentences, beams, batch_size=2)  # 6 batches
-    assert calls == [12, 2]  # two batches in the engine's hands at once
+    # 12 calls: in each translation the first 2 batches whole, the last 4 in two shares each.
+    assert (counts["calls"], counts["searches"]) == (12, 2 * (2 + 4 * 2))
+    assert 2 <= counts["calls at once"] <= 4 and counts["searches at once"] == 2
 
     requests = [(sentences[first::3], 1 + first % 4, copy.deepcopy(tokenizer)) for first in range(6)]
     alone = [ask(one, *request) for request in requests]
     for _ in range(3):
         with ThreadPoolExecutor(len(requests)) as callers:
             assert list(callers.map(lambda request: ask(two, *request), requests)) == alone
-    assert list(two.pools) == [2]
+    assert list(two.pools) == [2] and counts["searches at once"] == 2
+
+
+@pytest.mark.parametrize("searches", [0, -1, True, 1.5, "2"])
+def test_a_calls_searches_must_be_a_whole_number_of_at_least_one(loaded, searches):
+    engine, tokenizer = loaded[3]
+    batch = tokenizer(["A man."], return_tensors="pt")
+    with pytest.raises(ValueError, match=re.escape(f"searches={searches!r}: expected a whole number of searches")):
+        engine.generate(batch.input_ids, batch.attention_mask, searches=searches)
 
 
 def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
@@ -301,8 +325,9 @@ def test_generate_options_the_search_does_not_take_are_refused_by_name(loaded, s
 @settings(max_examples=50)
 @given(name=st.from_regex(r"[a-z][a-z_]{0,24}", fullmatch=True), value=st.integers() | st.booleans() | st.text())
 def test_any_other_option_name_is_refused_by_name(loaded, name, value):
-    """Any name but the four the search takes, with any value, on the direct entries."""
-    assume(name not in EXPORTED_OPTIONS and name not in ("self", "input_ids", "attention_mask", "nbest"))
+    """Any name but those the search takes (the four every exported engine's takes, and its searches), with any
+    value, on the direct entries."""
+    assume(name not in loaded[3][0].options and name not in ("self", "input_ids", "attention_mask", "nbest"))
     engine, tokenizer = loaded[3]
     batch = tokenizer(["A man."], return_tensors="pt")
     for call in (engine.generate, lambda *args, **kwargs: engine.generate_nbest(*args, nbest=1, **kwargs)):
