@@ -32,6 +32,7 @@ from ...decoding_vaswani import Recorder, Shortlist, greedy_search, sentence_row
 from ...guidance_vaswani import TargetPrefix, check_target_prefix
 from ...search_vaswani import MaxLengthPerSentence, TopK, beam_search, max_output_length
 from ..checkpoints import CheckpointError, OnnxExport, validate_onnx
+from .arguments import optional_count
 from .request import EXPORTED_OPTIONS, ExportedModel
 
 KINDS = [(part, kind) for part in ("decoder", "encoder") for kind in ("key", "value")]
@@ -367,10 +368,8 @@ class OnnxRuntimeModel(ExportedModel):
         limits = 1 + max_output_length(source_lengths, max_new_tokens or None)  # the start token counted
         if target_prefix is not None:
             target_prefix = check_target_prefix(target_prefix, self.vocab_size, (limits - 1).tolist())
-        if searches is not None and (isinstance(searches, bool) or not isinstance(searches, int) or searches < 1):
-            raise ValueError(f"searches={searches!r}: expected a whole number of searches, at least 1, or None")
         threads = self.searches
-        searches = searches or threads
+        searches = optional_count("searches", searches) or threads
         shares = [list(range(first, len(input_ids), searches)) for first in range(searches)]
         shares = [share for share in shares if share]
 

@@ -255,9 +255,10 @@ def test_batches_handed_over_at_once_and_many_callers_share_the_models_searches(
 
 @pytest.mark.parametrize("searches", [0, -1, True, 1.5, "2"])
 def test_a_calls_searches_must_be_a_whole_number_of_at_least_one(loaded, searches):
+    """Refused by the one rule of counts (arguments.optional_count), naming the value."""
     engine, tokenizer = loaded[3]
     batch = tokenizer(["A man."], return_tensors="pt")
-    with pytest.raises(ValueError, match=re.escape(f"searches={searches!r}: expected a whole number of searches")):
+    with pytest.raises(ValueError, match=re.escape(f"searches={searches!r}; expected an int of at least 1 (or None)")):
         engine.generate(batch.input_ids, batch.attention_mask, searches=searches)
 
 
