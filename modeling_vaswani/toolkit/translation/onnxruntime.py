@@ -143,8 +143,70 @@ def shortlist_switch(vocab_size: int) -> onnx.NodeProto:
     )
 
 
-def step_graph(path: Path, vocab_size: int) -> bytes:
-    """The merged decoder as the engine runs it: identical to the export's except that it also gives each row's
+def grouped_cross_attention(branch: "onnx.GraphProto", path: Path, layers: int, heads: int) -> None:
+    """Rewrites the merged decoder's cached branch (one new token a row) so that its encoder-decoder attention
+    (Section 3.2.3) reads keys and values of one row a sentence, past_key_values.N.encoder.* (sentences, heads,
+    source, width), for b = rows / sentences consecutive rows of each (a sentence's hypotheses): identical to the
+    export's except that Equation 1's two products take a sentence's b queries as one matrix, (b, width) by its
+    (width, source) keys, where the export takes b products of one query by the same keys repeated b times. b = 1 is
+    the export's own computation. A beam search's cross-attention cache is then a quarter as large: four times less
+    to copy when sentences leave, and the products cost less (300 test2016 lines, beam 4: docs/interop.md).
+
+    The export's pattern (a Transpose of the keys into a MatMul with the queries, the weights into a MatMul with the
+    values) is found by the inputs' names; a graph without it exactly once a layer is refused, naming the file, so
+    that a change in torch.onnx's output fails here rather than computing something else."""
+    node = onnx.helper.make_node
+    consumers = {}
+    for each in branch.node:
+        for name in each.input:
+            consumers.setdefault(name, []).append(each)
+
+    def only(name: str, op: str) -> onnx.NodeProto:
+        found = [each for each in consumers.get(name, []) if each.op_type == op]
+        if len(found) != 1:
+            raise CheckpointError(
+                f"{path}: {len(found)} {op} nodes read {name} where the export's encoder-decoder attention has one; "
+                "expected the merged decoder vaswani-export-onnx writes (export the checkpoint again?)"
+            )
+        return found[0]
+
+    def constant(name: str, value: list[int]) -> onnx.NodeProto:
+        return node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(value, dtype=np.int64), name))
+
+    # (rows, heads, 1, x) <-> (sentences, b, heads, x): the same memory; 0 keeps the input's last dimension.
+    shared = [
+        node("Shape", ["past_key_values.0.encoder.key"], ["grouped/sentences"], end=1),
+        constant("grouped/rest", [-1, heads, 0]),
+        node("Concat", ["grouped/sentences", "grouped/rest"], ["grouped/by_sentence"], axis=0),
+        constant("grouped/by_row", [-1, heads, 1, 0]),
+    ]
+    before, after = {}, {}  # id(a node) -> the nodes that go just before it, or just after it
+    for layer in range(layers):
+        scores = only(only(f"past_key_values.{layer}.encoder.key", "Transpose").output[0], "MatMul")
+        mixed = only(f"past_key_values.{layer}.encoder.value", "MatMul")
+        for product in (scores, mixed):
+            prefix = f"grouped/{layer}/{product.name}/"
+            by_row_in, by_row_out = product.input[0], product.output[0]
+            product.input[0], product.output[0] = f"{prefix}in", f"{prefix}out"
+            before[id(product)] = [
+                node("Reshape", [by_row_in, "grouped/by_sentence"], [f"{prefix}in_by_sentence"]),
+                node("Transpose", [f"{prefix}in_by_sentence"], [f"{prefix}in"], perm=[0, 2, 1, 3]),
+            ]
+            after[id(product)] = [
+                node("Transpose", [f"{prefix}out"], [f"{prefix}out_by_sentence"], perm=[0, 2, 1, 3]),
+                node("Reshape", [f"{prefix}out_by_sentence", "grouped/by_row"], [by_row_out]),
+            ]
+    nodes = list(shared)
+    for each in branch.node:
+        nodes += [*before.get(id(each), []), each, *after.get(id(each), [])]
+    del branch.node[:]
+    branch.node.extend(nodes)
+
+
+def step_graph(path: Path, settings: dict) -> bytes:
+    """The merged decoder as the engine runs it, for the export's `settings` (vaswani_onnx.json): identical to the
+    export's except that its cached branch attends over one row of encoder keys and values a sentence
+    (`grouped_cross_attention`), and that it also gives each row's
     `shortlist_width` likeliest next tokens and their log-probabilities, or their logits where `NORMALIZED` is false
     (`shortlist_switch` on its logits), so that a step may hand the search (rows, width) numbers rather than (rows,
     vocabulary): the logits' copy out of the If and the session, and the search's log-softmax and top-k over them,
@@ -158,7 +220,15 @@ def step_graph(path: Path, vocab_size: int) -> bytes:
             f"{path}: a graph without a logits output; expected the merged decoder vaswani-export-onnx writes "
             "(export the checkpoint again?)"
         )
-    model.graph.node.append(shortlist_switch(vocab_size))
+    cached = [node for node in model.graph.node if node.op_type == "If" and list(node.input) == ["use_cache_branch"]]
+    if len(cached) != 1:
+        raise CheckpointError(
+            f"{path}: {len(cached)} If nodes on use_cache_branch; expected the merged decoder vaswani-export-onnx "
+            "writes (export the checkpoint again?)"
+        )
+    branch = next(attribute.g for attribute in cached[0].attribute if attribute.name == "then_branch")
+    grouped_cross_attention(branch, path, settings["decoder_layers"], settings["num_heads"])
+    model.graph.node.append(shortlist_switch(settings["vocab_size"]))
     model.graph.input.extend([
         onnx.helper.make_tensor_value_info(SHORTLIST_WIDTH, onnx.TensorProto.INT64, [1]),
         onnx.helper.make_tensor_value_info(NORMALIZED, onnx.TensorProto.BOOL, [1]),
@@ -182,10 +252,10 @@ class OnnxSteps:
     the chosen beams, `select` keeps the sentences still searching. A step gives its rows' `shortlist` likeliest
     tokens (decoding_vaswani.Shortlist) where that is set, with their log-probabilities where `normalized` (a beam
     ranks by them; greedy search reads only the tokens), else the logits. The encoder output is one row a sentence
-    (`encoder_outputs`, which the one-beam loop counts sentences by), repeated for its hypotheses at the first step
-    and kept so until a sentence leaves; the encoder-decoder attention's keys and values, computed at the first step,
-    are kept (the later steps' encoder presents are empty, interop/onnx.py's `merged_decoder`; an export that passed
-    them through gives the same tensors)."""
+    (`encoder_outputs`, which the one-beam loop counts sentences by); the first step computes a sentence's alike rows
+    once (`computed_rows`), and the encoder-decoder attention's keys and values it computes are kept one row a
+    sentence, as the step graph's cached branch reads them (`grouped_cross_attention`; the later steps' encoder
+    presents are empty, interop/onnx.py's `merged_decoder`)."""
 
     cache = None  # no PyTorch cache to return
 
@@ -212,17 +282,16 @@ class OnnxSteps:
         ranked = list(SHORTLIST) if shortlist else ["logits"]
         self.outputs = {False: ranked + presents, True: ranked + [name for name in presents if ".decoder." in name]}
 
-    def encoder_feeds(self, rows: int) -> dict[str, np.ndarray]:
-        """The encoder states and mask, one row a hypothesis: repeated when the rows change (the first step, a
-        sentence leaving), not each step."""
-        if self.repeated is None or len(self.repeated["encoder_hidden_states"]) != rows:
-            states = self.encoder_outputs.last_hidden_state.numpy()
-            repeats = rows // states.shape[0]
-            self.repeated = {
-                "encoder_attention_mask": np.repeat(self.mask, repeats, axis=0),
-                "encoder_hidden_states": np.repeat(states, repeats, axis=0),
-            }
-        return self.repeated
+    def encoder_feeds(self, rows: int, cached: bool) -> dict[str, np.ndarray]:
+        """The encoder mask, one row a computed row: repeated when the rows change (the first step, a sentence
+        leaving), not each step; the encoder states, which only the first step reads (the cached branch attends over
+        the keys and values computed from them), one row a computed row there and one a sentence after."""
+        states = self.encoder_outputs.last_hidden_state.numpy()
+        if self.repeated is None or len(self.repeated) != rows:
+            self.repeated = np.repeat(self.mask, rows // len(self.mask), axis=0)
+        if not cached and rows != len(states):
+            states = np.repeat(states, rows // len(states), axis=0)
+        return {"encoder_attention_mask": self.repeated, "encoder_hidden_states": states}
 
     def follow(self) -> None:
         """Takes the self-attention cache's rows that `reorder` and `select` have asked since the last step."""
@@ -232,33 +301,48 @@ class OnnxSteps:
             )
             self.order = None
 
+    def computed_rows(self, sequences: torch.LongTensor) -> tuple[torch.LongTensor, int]:
+        """The rows a step computes, and how many rows each stands for: at a search's start a sentence's hypotheses
+        are alike (the start token, a beam's k copies of it), computed once and repeated; after it, every row's last
+        token."""
+        if self.past is not None:
+            return sequences[:, -1:], 1
+        each = sequences.shape[0] // len(self.mask)  # a sentence's hypotheses, consecutive rows
+        alike = each > 1 and bool((sequences.view(len(self.mask), each, -1) == sequences[::each, None]).all())
+        return (sequences[::each].contiguous(), each) if alike else (sequences, 1)
+
     def __call__(self, sequences: torch.LongTensor) -> Seq2SeqLMOutput | Shortlist:
-        rows, cached = sequences.shape[0], self.past is not None
+        sentences, cached = len(self.mask), self.past is not None
+        ids, repeats = self.computed_rows(sequences)
         if cached:
             self.follow()
-        feeds = {**self.encoder_feeds(rows), "use_cache_branch": np.array([cached])}
-        feeds[SHORTLIST_WIDTH], feeds[NORMALIZED] = self.shortlist_width, self.normalized
+        feeds = {**self.encoder_feeds(len(ids), cached), "use_cache_branch": np.array([cached])}
+        feeds["input_ids"], feeds[SHORTLIST_WIDTH], feeds[NORMALIZED] = (
+            ids.numpy(),
+            self.shortlist_width,
+            self.normalized,
+        )
         if cached:
-            feeds["input_ids"] = sequences[:, -1:].numpy()
             feeds.update(self.past)
         else:
-            feeds["input_ids"] = sequences.numpy()
-            empty = np.zeros((rows, self.heads, 0, self.width), dtype=np.float32)
+            empty = np.zeros((len(ids), self.heads, 0, self.width), dtype=np.float32)
             feeds.update({f"past_key_values.{layer}.{p}.{k}": empty for layer in range(self.layers) for p, k in KINDS})
+            self.past = {}
         names = self.outputs[cached]
         results = dict(zip(names, self.decoder.run(names, feeds), strict=True))
-        self.past = {
-            **(self.past or {}),
-            **{
-                name.replace("present", "past_key_values"): value
-                for name, value in results.items()
-                if name.startswith("present.")
-            },
-        }
+        for name in (name for name in names if name.startswith("present.")):
+            value = results[name]
+            if ".encoder." in name and len(value) != sentences:  # the first step's, computed a row: one a sentence
+                value = np.ascontiguousarray(value[:: len(value) // sentences])
+            elif ".decoder." in name and repeats > 1:
+                value = np.repeat(value, repeats, axis=0)
+            self.past[name.replace("present", "past_key_values")] = value
         if self.shortlist:
-            values, tokens = (torch.from_numpy(results[name][:, -1]) for name in SHORTLIST)
+            values, tokens = (
+                torch.from_numpy(results[name][:, -1]).repeat_interleave(repeats, 0) for name in SHORTLIST
+            )
             return Shortlist(values if self.normalized[0] else None, tokens)
-        return Seq2SeqLMOutput(logits=torch.from_numpy(results["logits"][:, -1:]))
+        return Seq2SeqLMOutput(logits=torch.from_numpy(results["logits"][:, -1:]).repeat_interleave(repeats, 0))
 
     def reorder(self, rows: torch.Tensor) -> None:
         """The self-attention cache follows the chosen beams; the encoder-decoder one is the same for every row of a
@@ -267,10 +351,11 @@ class OnnxSteps:
         self.order = rows if self.order is None else self.order[rows]
 
     def select(self, sentences: torch.Tensor, rows_per_sentence: int) -> None:
-        rows = sentence_rows(sentences, rows_per_sentence)
         if self.past is not None:
-            self.reorder(rows)
-            self.past.update({name: rows_of(value, rows) for name, value in self.past.items() if ".encoder." in name})
+            self.reorder(sentence_rows(sentences, rows_per_sentence))
+            self.past.update(
+                {name: rows_of(value, sentences) for name, value in self.past.items() if ".encoder." in name}
+            )
         self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
         self.mask = self.mask[sentences.numpy()]
         self.repeated = None
@@ -309,7 +394,7 @@ class OnnxRuntimeModel(ExportedModel):
         self.threads = threads
         self.pools, self.pools_lock = {}, threading.Lock()  # `pool`
         self.encoder = session(self.export.encoder)
-        self.decoder = session(self.export.decoder, step_graph(self.export.decoder, settings["vocab_size"]))
+        self.decoder = session(self.export.decoder, step_graph(self.export.decoder, settings))
         self.config = OnnxConfig(settings["max_position_embeddings"])
         self.position_rows = settings["position_rows"]
         self.layers, self.shape = settings["decoder_layers"], (settings["num_heads"], settings["head_width"])

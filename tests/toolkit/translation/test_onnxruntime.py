@@ -7,7 +7,6 @@ Untrained, its translations run long (to source + 50 tokens), which the limit an
 """
 
 import copy
-import itertools
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -262,45 +261,164 @@ def test_a_calls_searches_must_be_a_whole_number_of_at_least_one(loaded, searche
         engine.generate(batch.input_ids, batch.attention_mask, searches=searches)
 
 
-def test_the_step_graph_computes_the_merged_decoders_steps_and_each_rows_shortlist(loaded):
-    """The engine's step graph against the exported merged decoder run by a session of the test's own, on a first
-    step and a cached one (its cache the first step's presents): the same logits and presents, and each row's 5
-    likeliest tokens and log-probabilities are torch's topk of log_softmax over the merged graph's logits (the
-    logits themselves where the shortlist is not normalized, as greedy search asks)."""
-    _, folder, _, (engine, _) = loaded
-    path = folder / "onnx" / "decoder_model_merged.onnx"
-    merged = onnxruntime.InferenceSession(str(path))
+@pytest.fixture(scope="module")
+def step_sessions(loaded):
+    """The export's merged decoder, run as written (the reference), and the engine's step graph made from it."""
+    engine = loaded[3][0]
+    path = engine.export.decoder
+    return (
+        engine,
+        onnxruntime.InferenceSession(str(path)),
+        onnxruntime.InferenceSession(step_graph(path, engine.export.settings)),
+    )
+
+
+def compare_steps(step_sessions, feeds, step_feeds, width=5):
+    """The step graph's outputs on `step_feeds` against the merged decoder's on `feeds` (the same step, each row's
+    encoder keys and values its own): the same logits and self-attention presents, and each row's `width` likeliest
+    tokens and log-probabilities torch's topk of log_softmax over the merged graph's logits (the logits themselves
+    where the shortlist is not normalized, as greedy search asks)."""
+    _, merged, session = step_sessions
     names = [output.name for output in merged.get_outputs()]
-    settings = engine.export.settings
-    rows, length, width = 3, 5, 5
-    heads, head_width = settings["num_heads"], settings["head_width"]
-    generator = np.random.default_rng(0)
-    states = generator.standard_normal((rows, length, heads * head_width)).astype(np.float32)
-    mask = np.ones((rows, length), dtype=np.int64)
-    mask[1, 3:] = 0  # a padded source
-    empty = np.zeros((rows, heads, 0, head_width), dtype=np.float32)
-    pasts = [name.replace("present", "past_key_values") for name in names[1:]]
-    feeds = {
-        "input_ids": np.full((rows, 1), engine.generation_config.decoder_start_token_id, dtype=np.int64),
-        "encoder_attention_mask": mask,
-        "encoder_hidden_states": states,
-        "use_cache_branch": np.array([False]),
-        **dict.fromkeys(pasts, empty),
-    }
-    first = dict(zip(names, merged.run(None, feeds), strict=True))
-    later_feeds = {**feeds, "input_ids": np.array([[5], [6], [7]]), "use_cache_branch": np.array([True])}
-    later_feeds.update(zip(pasts, (first[name] for name in names[1:]), strict=True))
-    later = dict(zip(names, merged.run(None, later_feeds), strict=True))
-    session = onnxruntime.InferenceSession(step_graph(path, settings["vocab_size"]))
-    for (step_feeds, expected), normalized in itertools.product(((feeds, first), (later_feeds, later)), (True, False)):
-        given = {**step_feeds, "shortlist_width": np.array([width]), NORMALIZED: np.array([normalized])}
-        results = dict(zip([*names, *SHORTLIST], session.run([*names, *SHORTLIST], given), strict=True))
-        for name in names:
+    expected = dict(zip(names, merged.run(None, feeds), strict=True))
+    compared = [name for name in names if not (feeds["use_cache_branch"][0] and ".encoder." in name)]
+    for normalized in (True, False):
+        given_feeds = {**step_feeds, "shortlist_width": np.array([width]), NORMALIZED: np.array([normalized])}
+        results = dict(zip([*names, *SHORTLIST], session.run([*names, *SHORTLIST], given_feeds), strict=True))
+        for name in compared:
             np.testing.assert_allclose(results[name], expected[name], atol=1e-5, err_msg=name)
         logits = torch.from_numpy(expected["logits"][:, -1])
         values, tokens = torch.topk(torch.log_softmax(logits, dim=-1) if normalized else logits, width)
         assert torch.equal(torch.from_numpy(results[SHORTLIST[1]][:, -1]), tokens)
         np.testing.assert_allclose(results[SHORTLIST[0]][:, -1], values.numpy(), atol=1e-5)
+    return expected
+
+
+def test_the_step_graphs_first_step_is_the_merged_decoders(step_sessions):
+    """The uncached branch as exported (three rows, one of them a padded source), with each row's shortlist."""
+    engine, merged, _ = step_sessions
+    settings = engine.export.settings
+    rows, length = 3, 5
+    heads, head_width = settings["num_heads"], settings["head_width"]
+    generator = np.random.default_rng(0)
+    mask = np.ones((rows, length), dtype=np.int64)
+    mask[1, 3:] = 0  # a padded source
+    empty = np.zeros((rows, heads, 0, head_width), dtype=np.float32)
+    feeds = {
+        "input_ids": np.full((rows, 1), engine.generation_config.decoder_start_token_id, dtype=np.int64),
+        "encoder_attention_mask": mask,
+        "encoder_hidden_states": generator.standard_normal((rows, length, heads * head_width)).astype(np.float32),
+        "use_cache_branch": np.array([False]),
+        **{name.name: empty for name in merged.get_inputs() if name.name.startswith("past_key_values.")},
+    }
+    compare_steps(step_sessions, feeds, feeds)
+
+
+@settings(max_examples=12, deadline=None)
+@given(
+    sentences=st.integers(1, 4),
+    hypotheses=st.integers(1, 4),
+    past=st.integers(1, 4),
+    source=st.integers(1, 7),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_the_step_graphs_cached_step_attends_over_one_row_of_encoder_keys_a_sentence(
+    step_sessions, sentences, hypotheses, past, source, seed
+):
+    """grouped_cross_attention: the cached branch given each sentence's encoder keys and values once, for its
+    `hypotheses` consecutive rows (each with a cache and a token of its own, sources padded at random), computes what
+    the export computes with those keys and values repeated for every row."""
+    engine, merged, _ = step_sessions
+    settings = engine.export.settings
+    heads, head_width, rows = settings["num_heads"], settings["head_width"], sentences * hypotheses
+    generator = np.random.default_rng(seed)
+    mask = np.ones((sentences, source), dtype=np.int64)
+    mask[np.arange(source)[None, :] >= generator.integers(1, source + 1, (sentences, 1))] = 0
+
+    def random(*shape):
+        return generator.standard_normal(shape).astype(np.float32)
+
+    by_sentence, by_row = {}, {}
+    for name in (each.name for each in merged.get_inputs() if each.name.startswith("past_key_values.")):
+        if ".encoder." in name:
+            by_sentence[name] = random(sentences, heads, source, head_width)
+            by_row[name] = np.repeat(by_sentence[name], hypotheses, axis=0)
+        else:
+            by_sentence[name] = by_row[name] = random(rows, heads, past, head_width)
+    common = {
+        "input_ids": generator.integers(4, settings["vocab_size"], (rows, 1)),
+        "encoder_attention_mask": np.repeat(mask, hypotheses, axis=0),
+        "use_cache_branch": np.array([True]),
+    }
+    states = random(sentences, source, heads * head_width)
+    compare_steps(
+        step_sessions,
+        {**common, **by_row, "encoder_hidden_states": np.repeat(states, hypotheses, axis=0)},
+        {**common, **by_sentence, "encoder_hidden_states": states},
+    )
+
+
+@pytest.mark.parametrize("alike", [True, False], ids=["a search's start", "rows that differ"])
+def test_the_steps_keep_one_row_of_encoder_keys_a_sentence_and_compute_alike_first_rows_once(step_sessions, alike):
+    """OnnxSteps over two steps of 3 sentences, 2 rows each, against the export's merged decoder run row by row:
+    the same logits, whether a sentence's first rows are alike (as every search starts; computed once a sentence and
+    repeated) or not (computed a row); the encoder-decoder keys and values it keeps are one row a sentence, the
+    reference's first row of each."""
+    engine, merged, _ = step_sessions
+    sentences, each, source = 3, 2, 4
+    settings = engine.export.settings
+    generator = np.random.default_rng(1)
+    states = generator.standard_normal((sentences, source, settings["num_heads"] * settings["head_width"]))
+    states = states.astype(np.float32)
+    mask = np.ones((sentences, source), dtype=np.int64)
+    mask[2, 2:] = 0
+    steps = OnnxSteps(engine.decoder, states, mask, engine.layers, engine.shape, None, True)
+    start = engine.generation_config.decoder_start_token_id
+    first = torch.full((sentences * each, 1), start) if alike else torch.arange(5, 5 + sentences * each)[:, None]
+    names = [output.name for output in merged.get_outputs()]
+    empty = np.zeros((sentences * each, *engine.shape[:1], 0, engine.shape[1]), dtype=np.float32)
+    feeds = {
+        "input_ids": first.numpy(),
+        "encoder_attention_mask": np.repeat(mask, each, axis=0),
+        "encoder_hidden_states": np.repeat(states, each, axis=0),
+        "use_cache_branch": np.array([False]),
+        **{name.replace("present", "past_key_values"): empty for name in names[1:]},
+    }
+    expected = dict(zip(names, merged.run(None, feeds), strict=True))
+    np.testing.assert_allclose(steps(first).logits.numpy(), expected["logits"][:, -1:], atol=1e-5)
+    for name in (name for name in names if ".encoder." in name):
+        kept = steps.past[name.replace("present", "past_key_values")]
+        np.testing.assert_allclose(kept, expected[name][::each], atol=1e-5, err_msg=name)
+    second = torch.cat((first, torch.arange(7, 7 + sentences * each)[:, None]), dim=1)
+    feeds.update({"input_ids": second[:, -1:].numpy(), "use_cache_branch": np.array([True])})
+    feeds.update({name.replace("present", "past_key_values"): expected[name] for name in names[1:]})
+    later = dict(zip(names, merged.run(None, feeds), strict=True))
+    np.testing.assert_allclose(steps(second).logits.numpy(), later["logits"], atol=1e-5)
+
+
+def test_a_merged_decoder_without_the_exports_attention_pattern_is_refused_naming_the_file(loaded, tmp_path):
+    """grouped_cross_attention finds the encoder-decoder attention by its inputs' names: a second reader of a layer's
+    encoder keys (as a changed exporter might write), or no If on use_cache_branch, is refused before any step."""
+    path = loaded[3][0].export.decoder
+    settings = loaded[3][0].export.settings
+    model = onnx.load(str(path))
+    branch = next(attribute.g for attribute in model.graph.node[0].attribute if attribute.name == "then_branch")
+    reader = next(node for node in branch.node if "past_key_values.1.encoder.key" in node.input)
+    extra = onnx.NodeProto()
+    extra.CopyFrom(reader)
+    extra.output[0] += "/again"
+    branch.node.append(extra)
+    changed = tmp_path / "decoder_model_merged.onnx"
+    onnx.save(model, changed)
+    with pytest.raises(
+        CheckpointError, match=re.escape(f"{changed}: 2 Transpose nodes read past_key_values.1.encoder.key")
+    ):
+        step_graph(changed, settings)
+    model.graph.node[0].input[0] = "not_use_cache_branch"
+    model.graph.input.append(onnx.helper.make_tensor_value_info("not_use_cache_branch", onnx.TensorProto.BOOL, [1]))
+    onnx.save(model, changed)
+    with pytest.raises(CheckpointError, match=re.escape(f"{changed}: 0 If nodes on use_cache_branch; expected")):
+        step_graph(changed, settings)
 
 
 def test_a_decoder_without_logits_is_refused_naming_the_file(tmp_path):
@@ -313,7 +431,7 @@ def test_a_decoder_without_logits_is_refused_naming_the_file(tmp_path):
     path = tmp_path / "decoder_model_merged.onnx"
     onnx.save(onnx.helper.make_model(graph), path)
     with pytest.raises(CheckpointError, match=rf"^{path}: a graph without a logits output; expected the merged"):
-        step_graph(path, 400)
+        step_graph(path, {"vocab_size": 400, "decoder_layers": 1, "num_heads": 1})
 
 
 @pytest.mark.parametrize("options", OTHER_OPTIONS, ids=lambda options: ",".join(options))
