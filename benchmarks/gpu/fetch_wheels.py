@@ -5,8 +5,8 @@ The GPU machines are offline and carry at most 64 MiB of files. Their image has 
 transformers 5.17, accelerate, sacrebleu, sentencepiece and tokenizers. This gathers, for CPython 3.12 on x86-64
 manylinux, this package's wheel (built from the checkout) and, pinned to the versions this checkout's environment
 runs with (the Python running this script), transformers (>= pyproject's lower bound), datasets, evaluate, the test
-runner, the commands' plotting library and what they need that the image does not have: never torch, CUDA or numpy
-(`pip download --no-deps` of an explicit list).
+runner and what they need that the image does not have: never torch, CUDA, numpy or matplotlib (`pip download
+--no-deps` of an explicit list).
 
 Those wheels take about 180 MB as downloaded, pyarrow alone 54, so they travel packed:
 - pyarrow loses the libraries neither datasets nor this package loads (Flight, S3, their Python modules, C++ headers
@@ -16,8 +16,9 @@ Those wheels take about 180 MB as downloaded, pyarrow alone 54, so they travel p
   (benchmarks/gpu/install.py) unpacks them with Python's lzma;
 - this package's wheel sits beside it, rebuilt on every run (the archive is rebuilt only when its list changes).
 
-The folder (default benchmarks/gpu/wheels/, ignored by git) must stay within --budget-mib (default 60: 64 MiB less
-room for what else travels). Optional packages are added only where they fit: hf-xet (huggingface_hub's transfer
+The folder (default benchmarks/gpu/wheels/, ignored by git) must stay within --budget-mib (default: the 64 MiB a
+call carries less what the checkout sends beside it, its tracked and untracked files that git does not ignore, and
+1 MiB to spare). Optional packages are added only where they fit: hf-xet (huggingface_hub's transfer
 backend, unused offline) and CTranslate2 (the speed benchmark's third engine; its CUDA wheel is 42 MB as downloaded).
 Prints what it packed, what it left out and why, and the folder's total size.
 """
@@ -56,7 +57,8 @@ PLATFORM = [
 ]  # fmt: skip
 
 # What the GPU run needs beyond the image, by who needs it. The image's torch, its CUDA libraries, numpy, pyyaml,
-# psutil, sacrebleu and sentencepiece are used as they are.
+# psutil, sacrebleu, sentencepiece and matplotlib (vaswani-train's curves; any 3.8 or later draws them; 18 MiB of
+# wheels with its needs) are used as they are.
 REQUIRED = {
     "the model (transformers >= our lower bound)": [
         "transformers", "huggingface_hub", "tokenizers", "safetensors", "regex", "typer", "click", "shellingham",
@@ -68,9 +70,6 @@ REQUIRED = {
     "evaluate": [
         "evaluate", "requests", "urllib3", "charset-normalizer", "aiohttp", "aiosignal", "aiohappyeyeballs", "attrs",
         "frozenlist", "multidict", "propcache", "yarl",
-    ],
-    "vaswani-train's training curves": [
-        "matplotlib", "contourpy", "cycler", "fonttools", "kiwisolver", "pillow", "pyparsing",
     ],
     "the test runner": ["pytest", "pluggy", "iniconfig"],
 }  # fmt: skip
@@ -223,6 +222,23 @@ def pack(wheels: dict[str, Path], bundle: Path) -> dict[str, dict]:
     return trims
 
 
+CARRIED_MIB = 64  # what one call to the GPU machine carries, the checkout and the wheels together
+SPARE_MIB = 1
+
+
+def checkout_bytes(repo: Path = REPO) -> int:
+    """What a call sends of the checkout besides the wheels: tracked files and untracked ones git does not ignore."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=repo, capture_output=True, check=True, text=True,
+    ).stdout  # fmt: skip
+    return sum((repo / name).stat().st_size for name in listed.split("\0") if name and (repo / name).is_file())
+
+
+def default_budget_mib() -> float:
+    return CARRIED_MIB - checkout_bytes() / MIB - SPARE_MIB
+
+
 def folder_bytes(folder: Path) -> int:
     return sum(path.stat().st_size for path in folder.iterdir() if path.is_file())
 
@@ -230,10 +246,14 @@ def folder_bytes(folder: Path) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="the folder that travels (default: %(default)s)")
-    parser.add_argument("--budget-mib", type=float, default=60.0, help="most MiB the folder may take (default 60)")
+    parser.add_argument(
+        "--budget-mib", type=float, help="most MiB the folder may take (default: 64 less the checkout and 1 to spare)"
+    )
     parser.add_argument("--no-ctranslate2", action="store_true", help="do not try to fit CTranslate2")
     arguments = parser.parse_args(argv)
-    out, budget = arguments.out.resolve(), arguments.budget_mib * MIB
+    budget_mib = arguments.budget_mib if arguments.budget_mib is not None else default_budget_mib()
+    out, budget = arguments.out.resolve(), budget_mib * MIB
+    print(f"budget: {budget_mib:.1f} MiB for the folder")
 
     names = [name for group in REQUIRED.values() for name in group]
     optional = [name for name in OPTIONAL if not (name == "ctranslate2" and arguments.no_ctranslate2)]

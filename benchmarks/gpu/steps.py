@@ -42,9 +42,10 @@ sys.path.insert(0, str(BENCHMARKS))  # the measuring tools are not installed
 import torch  # noqa: E402
 from bench import TINY, TINY_BATCH  # noqa: E402
 from speed import measure, models, phases  # noqa: E402
-from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+from torch.nn.attention import sdpa_kernel  # noqa: E402
 
 from modeling_vaswani.toolkit.interop.marian_export import to_marian  # noqa: E402
+from modeling_vaswani.toolkit.training.step import CUDA_TRAINING_ATTENTION  # noqa: E402
 
 STAGE = "training-steps"
 SEED = 0
@@ -60,7 +61,6 @@ STEP_PHASES = ("forward", "backward", "optimizer")
 PAPER_BATCH = 768
 PAPER_MODELS = ("base", "big")
 WARMUP, REPETITIONS = 2, 3  # the paper part's untimed and timed steps (the first untimed one compiles)
-WITHOUT_CUDNN = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 COUNTED_OPS = {"casts": "aten::_to_copy", "host_reads": "aten::_local_scalar_dense"}
 
 
@@ -193,7 +193,7 @@ def shapes_part(tiny: bool, device: str, dtype: str) -> dict:
     warmup, *batches = shape_batches(initial.config, tiny, device)
     variants = {
         "float32": variant_context(None, None, device),
-        "bf16 without cuDNN attention": variant_context(torch.bfloat16, WITHOUT_CUDNN, device),
+        "bf16 without cuDNN attention": variant_context(torch.bfloat16, list(CUDA_TRAINING_ATTENTION), device),
         "bf16": variant_context(torch.bfloat16, None, device),
     }
     result = {

@@ -197,3 +197,20 @@ def test_install_puts_the_carried_wheels_in_front_of_an_images_packages_and_leav
         check=True,
     )
     assert theirs.stdout.strip() == "1.0"
+
+
+def test_the_wheels_budget_leaves_room_for_what_the_checkout_sends(tmp_path):
+    """A call carries 64 MiB in all: the checkout's tracked files and its untracked ones that git does not ignore
+    travel beside the wheels, ignored ones do not; the default budget is what they leave, less 1 MiB."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("ignored/\n")  # 9 bytes, untracked: travels
+    (tmp_path / "tracked.bin").write_bytes(b"t" * 3000)
+    subprocess.run([*git, "add", "tracked.bin"], cwd=tmp_path, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "one"], cwd=tmp_path, check=True)
+    (tmp_path / "new.txt").write_bytes(b"n" * 500)
+    (tmp_path / "ignored").mkdir()
+    (tmp_path / "ignored" / "wheel.whl").write_bytes(b"w" * 70000)
+    assert fetch_wheels.checkout_bytes(tmp_path) == 3000 + 500 + 9
+    expected = 64 - fetch_wheels.checkout_bytes() / 2**20 - 1
+    assert fetch_wheels.default_budget_mib() == pytest.approx(expected) and expected < 64 - 1

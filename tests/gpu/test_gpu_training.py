@@ -5,7 +5,8 @@ torch.compile of a training step against the same step eager.
   VaswaniTrainer with the same seed, data and batches twice, in float32 and with --bf16, for 300 steps of 4000-token
   batches (tiny: 12 of 400). Both losses must fall (by 1.0 nats; tiny: 0.3), and bf16's, the mean of its last 5
   logged values (tiny: 2), must be within 5% of float32's (MARGIN). The forward pass must compute in bfloat16 while
-  the weights stay float32.
+  the weights stay float32, and a step's attention must not be cuDNN's (which plans anew for every batch shape: the
+  profiler counts the SDPA operators of one more step).
 - compile: the same model (no dropout, so that both draw nothing at random) and the same batches; 3 Adam steps eager
   and compiled (torch.compile, inductor) from the same weights give the same losses to a relative 1e-4; the compile
   time and the step times after it are recorded. The CPU dry run compiles with the eager backend (dynamo's capture
@@ -68,6 +69,7 @@ def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dic
     hook.remove()
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {
+        "sdpa_kernels": attention_kernels(trainer, device),
         "losses": losses,
         "final": sum(losses[-FINAL_WINDOW:]) / len(losses[-FINAL_WINDOW:]),
         "logits_dtypes": sorted(str(dtype) for dtype in dtypes),
@@ -76,6 +78,19 @@ def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dic
         "device": str(next(model.parameters()).device),
         "train_runtime_s": output.metrics.get("train_runtime"),
     }
+
+
+def attention_kernels(trainer, device: str) -> dict[str, int]:
+    """The SDPA operators one more training step of `trainer` calls, forward and backward, under the context the
+    Trainer computes its losses in, as torch's profiler counts them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    batch = {name: tensor.to(device) for name, tensor in next(iter(trainer.get_train_dataloader())).items()}
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        with trainer.compute_loss_context_manager():
+            loss = trainer.compute_loss(trainer.model, batch)
+        loss.backward()
+    return {event.key: event.count for event in profiler.key_averages() if "scaled_dot_product" in event.key}
 
 
 def test_bf16_autocast_training_follows_float32(device, checkpoint, train_dataset, tmp_path, figures):
@@ -99,6 +114,8 @@ def test_bf16_autocast_training_follows_float32(device, checkpoint, train_datase
         assert torch.device(run["device"]).type == torch.device(device).type
     assert float32["logits_dtypes"] == ["torch.float32"] and bf16["logits_dtypes"] == ["torch.bfloat16"]
     assert bf16["mixed_precision"] == "bf16"
+    for run in (float32, bf16):  # training keeps out cuDNN's attention, which plans anew for every batch shape
+        assert run["sdpa_kernels"] and not any("cudnn" in op for op in run["sdpa_kernels"]), run["sdpa_kernels"]
     assert difference <= MARGIN * float32["final"], (
         f"bf16's final loss {bf16['final']:.4f} is not within {MARGIN:.0%} of float32's {float32['final']:.4f}"
     )

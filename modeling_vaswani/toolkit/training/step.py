@@ -53,6 +53,17 @@ def bf16_autocast() -> Iterator[None]:
         yield
 
 
+# SDPA's kernels for training on CUDA: every one but cuDNN's attention, which torch tries first for bfloat16 on sm90
+# with cuDNN >= 9.15 and which builds an execution plan for every new shape; token-budget batches bring a new shape
+# nearly every step (docs/gpu.md, "Why bf16 trained slower").
+CUDA_TRAINING_ATTENTION = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH)
+
+
+def training_attention(device: torch.device):
+    """The SDPA kernels a training step on `device` may use (CUDA_TRAINING_ATTENTION on CUDA; elsewhere torch's)."""
+    return sdpa_kernel(list(CUDA_TRAINING_ATTENTION)) if device.type == "cuda" else nullcontext()
+
+
 PROBE_PAIRS = 3  # timed float32 and bfloat16 steps each, after one untimed pair
 BF16_MARGIN = 0.9  # bfloat16 is taken where its step takes under this share of float32's: a clear gain, not noise
 

@@ -38,7 +38,7 @@ from ..outputs import writing_into, writing_natively
 from ..runtime import apply_process_settings
 from .averaging import average_checkpoints
 from .replanning import FollowTheMachine
-from .step import bf16_autocast, smoothed_cross_entropy
+from .step import bf16_autocast, smoothed_cross_entropy, training_attention
 
 logger = logging.getLogger(__name__)
 
@@ -339,6 +339,13 @@ class VaswaniTrainer(Seq2SeqTrainer):
             self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer or self.optimizer, equation_3)
             self._equation_3_scheduler = self.lr_scheduler
         return self.lr_scheduler
+
+    def compute_loss_context_manager(self):
+        # Around every forward the Trainer computes a loss with (training and evaluation): the autocast below, and on
+        # CUDA the attention kernels that need no plan per batch shape (step.training_attention).
+        stack = super().compute_loss_context_manager()
+        stack.enter_context(training_attention(self.args.device))
+        return stack
 
     def autocast_smart_context_manager(self, cache_enabled: bool | None = True):
         # The Trainer's own autocast is accelerate's, set by --bf16 when the accelerator is built; the probe's choice
