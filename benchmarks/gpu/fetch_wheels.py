@@ -56,13 +56,14 @@ PLATFORM = [
     "--implementation", "cp",
 ]  # fmt: skip
 
-# What the GPU run needs beyond the image, by who needs it. The image's torch, its CUDA libraries, numpy, pyyaml,
-# psutil, sacrebleu, sentencepiece and matplotlib (vaswani-train's curves; any 3.8 or later draws them; 18 MiB of
-# wheels with its needs) are used as they are.
+# What the GPU run takes from the image as it is (IMAGE), and what it needs beyond, by who needs it (REQUIRED):
+# every requirement of this package and of its `train` extra is one or the other (tests/benchmarks/test_gpu_suite.py).
+# matplotlib draws vaswani-train's curves in any 3.8 or later; carried with its needs it took 18 MiB of wheels.
+IMAGE = ["torch", "numpy", "pyyaml", "psutil", "sacrebleu", "sentencepiece", "matplotlib", "lxml", "tensorboard"]
 REQUIRED = {
     "the model (transformers >= our lower bound)": [
-        "transformers", "huggingface_hub", "tokenizers", "safetensors", "regex", "typer", "click", "shellingham",
-        "rich", "markdown-it-py", "mdurl", "pygments", "annotated-doc", "pydantic", "pydantic_core",
+        "sentencex", "transformers", "huggingface_hub", "tokenizers", "safetensors", "regex", "typer", "click",
+        "shellingham", "rich", "markdown-it-py", "mdurl", "pygments", "annotated-doc", "pydantic", "pydantic_core",
         "annotated-types", "typing-inspection", "httpx2", "httpcore2", "h11", "anyio", "idna", "truststore",
         "certifi", "typing_extensions", "packaging", "tqdm", "filelock", "fsspec", "accelerate",
     ],

@@ -214,3 +214,18 @@ def test_the_wheels_budget_leaves_room_for_what_the_checkout_sends(tmp_path):
     assert fetch_wheels.checkout_bytes(tmp_path) == 3000 + 500 + 9
     expected = 64 - fetch_wheels.checkout_bytes() / 2**20 - 1
     assert fetch_wheels.default_budget_mib() == pytest.approx(expected) and expected < 64 - 1
+
+
+def test_every_requirement_of_the_package_is_carried_or_the_images():
+    """What the GPU run installs this package with: its requirements and its `train` extra's, each either in the
+    carried wheels (REQUIRED) or taken from the image (IMAGE). A new dependency missing from both failed the install
+    on the GPU machine (sentencex, 2026-11-30); here it fails before the machine is asked for."""
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["train"]]
+    names = {fetch_wheels.normalized(re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0]) for requirement in wanted}
+    carried = {fetch_wheels.normalized(name) for group in fetch_wheels.REQUIRED.values() for name in group}
+    image = {fetch_wheels.normalized(name) for name in fetch_wheels.IMAGE}
+    assert names - carried - image == set(), "neither carried nor the image's"
+    assert not carried & image, "both carried and the image's"
