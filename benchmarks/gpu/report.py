@@ -202,7 +202,10 @@ def steps_check(out: Path, stage: dict | None) -> dict:
     if data is None:
         seconds = stage.get("seconds", 0) if stage else 0
         return {**check, "seconds": seconds, "outcome": "not run", "message": stage_reason(stage), "figures": {}}
-    figures = {"command": f"python benchmarks/gpu/steps.py --device {data['device']} --dtype {data['dtype']}"}
+    command = f"python benchmarks/gpu/steps.py --device {data['device']} --dtype {data['dtype']}"
+    if "parts" in data:
+        command += " --parts " + " ".join(data["parts"])
+    figures = {"command": command}
     if "shapes" in data:
         shapes = data["shapes"]
         for name, timings in {**shapes["variants"], "compiled": shapes["compiled"]}.items():

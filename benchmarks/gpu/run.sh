@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check, in one command (docs/gpu.md): installs the wheels benchmarks/gpu/fetch_wheels.sh packed (if the
 # folder benchmarks/gpu/wheels/ is there), runs the GPU tests (tests/gpu/) and the speed benchmark stage by stage,
-# each under a time limit, and writes OUT/gpu-report.json and OUT/gpu-report.md. One 10-minute command: about 8
-# minutes on one H200 before bench-steps, which the budget may leave out (docs/gpu.md).
+# each under a time limit, and writes OUT/gpu-report.json and OUT/gpu-report.md. One 10-minute command holds the
+# checks (about 5 minutes on one H200, 2026-11-30) and part of bench-steps; --only runs the rest (docs/gpu.md).
 #
 #   bash benchmarks/gpu/run.sh OUT                        # on a CUDA machine
 #   bash benchmarks/gpu/run.sh OUT --device cpu --tiny    # the dry run: every stage on the CPU, tiny shapes
@@ -12,7 +12,8 @@
 # stage's limit is cut to what is left of it, keeping 30 s for the report), --only STAGE,... (only these stages, e.g.
 # install,environment,bench-steps; the others are reported not run). Environment: PYTHON (default python3),
 # VASWANI_GPU_WORK (scratch folder: the environment, pytest's files; default a new folder under /tmp; never inside
-# OUT, which should hold only what is to be read). Exit status 0 when every check passed, 1 otherwise.
+# OUT, which should hold only what is to be read), VASWANI_GPU_STEPS_PARTS (bench-steps' parts, e.g. big or
+# shapes,base; default all). Exit status 0 when every check passed, 1 otherwise.
 set -uo pipefail
 
 usage() {
@@ -147,8 +148,10 @@ bench() { # bench NAME LIMIT_S BENCH_STAGE...
 }
 benchmark() {
     bench training 200 training-base training-big
+    local parts=()
+    [[ -n ${VASWANI_GPU_STEPS_PARTS:-} ]] && parts=(--parts ${VASWANI_GPU_STEPS_PARTS//,/ })
     stage bench-steps 300 "$PY" benchmarks/gpu/steps.py --device "$DEVICE" --dtype "$DTYPE" "${tiny_flag[@]}" \
-        --out "$OUT"
+        "${parts[@]}" --out "$OUT"
     bench generation 180 generation
 }
 

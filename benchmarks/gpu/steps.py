@@ -4,8 +4,11 @@ torch.compile pays for training, and Table 3's base and big at the paper's batch
 
     python benchmarks/gpu/steps.py --device cuda --dtype bfloat16 --out OUT    # OUT/bench-training-steps.json
     python benchmarks/gpu/steps.py --device cpu --tiny --out OUT                # the dry run
+    python benchmarks/gpu/steps.py --parts big --out OUT                         # one part (PARTS)
 
-One process, three parts:
+One process, three parts (`--parts`, default all: on the H200 of 2026-11-30 the shapes took 90 s and base 151 s,
+its first compiled step 146 s, so that the three do not fit the 300 s run.sh gives the stage; run.sh passes
+VASWANI_GPU_STEPS_PARTS, a comma-separated list, as --parts):
 - `shapes`: the small preset (vaswani-train's default model; tiny: bench.py's tiny network) on batches as
   VaswaniTrainer's token budget makes them (SHAPES: a padded batch of another shape each step, with its padding
   mask), every shape new in the first pass and seen in the second, after a first step of another shape
@@ -60,6 +63,7 @@ PASSES = ("new shapes", "seen shapes")
 STEP_PHASES = ("forward", "backward", "optimizer")
 PAPER_BATCH = 768
 PAPER_MODELS = ("base", "big")
+PARTS = ("shapes", *PAPER_MODELS)
 WARMUP, REPETITIONS = 2, 3  # the paper part's untimed and timed steps (the first untimed one compiles)
 COUNTED_OPS = {"casts": "aten::_to_copy", "host_reads": "aten::_local_scalar_dense"}
 
@@ -336,12 +340,13 @@ def table_of(output: dict) -> str:
     return "\n".join(lines)
 
 
-def run(device: str, dtype: str, tiny: bool, out: Path, progress=print) -> dict:
-    """Every part (one failing leaves the others), OUT/bench-training-steps.json written after each, `complete` once
-    all ran (a stage stopped at its time limit leaves the parts it measured); returns what it wrote last."""
+def run(device: str, dtype: str, tiny: bool, out: Path, progress=print, parts=PARTS) -> dict:
+    """Each of `parts` (one failing leaves the others), OUT/bench-training-steps.json written after each, `complete`
+    once all ran (a stage stopped at its time limit leaves the parts it measured); returns what it wrote last."""
     start = time.perf_counter()
     torch.set_float32_matmul_precision("highest")  # float32 means float32, as in tests/gpu/
-    output = {"stage": STAGE, "tiny": tiny, "device": device, "dtype": dtype, "errors": [], "complete": False}
+    output = {"stage": STAGE, "tiny": tiny, "device": device, "dtype": dtype, "parts": list(parts), "errors": []}
+    output["complete"] = False
 
     def write(part: str):
         output["seconds"] = round(time.perf_counter() - start, 1)
@@ -349,14 +354,17 @@ def run(device: str, dtype: str, tiny: bool, out: Path, progress=print) -> dict:
         (out / f"bench-{STAGE}.json").write_text(json.dumps(output, indent=2, default=str) + "\n")
         progress(f"[{STAGE}] {part} measured ({output['seconds']:.0f} s)")
 
+    if "shapes" in parts:
+        try:
+            output["shapes"] = shapes_part(tiny, device, dtype)
+        except Exception as error:  # a benchmark reports what failed, and measures the rest
+            output["errors"].append(f"shapes: {type(error).__name__}: {error}")
+        write("varied shapes")
+    models = [name for name in PAPER_MODELS if name in parts]
     try:
-        output["shapes"] = shapes_part(tiny, device, dtype)
-    except Exception as error:  # a benchmark reports what failed, and measures the rest
-        output["errors"].append(f"shapes: {type(error).__name__}: {error}")
-    write("varied shapes")
-    try:
-        output["ceiling"] = measure.matmul_rate(device, dtype, 1, REPETITIONS)
-        for name in PAPER_MODELS:
+        if models:
+            output["ceiling"] = measure.matmul_rate(device, dtype, 1, REPETITIONS)
+        for name in models:
             output.setdefault("paper", {})[name] = paper_model(name, tiny, device, dtype, output["ceiling"]["gflops"])
             write(name)
     except Exception as error:
@@ -373,11 +381,17 @@ def main(argv=None) -> int:
     parser.add_argument("--dtype", default="bfloat16", choices=list(measure.DTYPES))
     parser.add_argument("--tiny", action="store_true", help="a tiny network (the CPU dry run)")
     parser.add_argument("--out", type=Path, required=True, help="the folder for bench-training-steps.json")
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="default: all, in order")
     arguments = parser.parse_args(argv)
     measure.check_device(arguments.device)
     arguments.out.mkdir(parents=True, exist_ok=True)
     output = run(
-        arguments.device, arguments.dtype, arguments.tiny, arguments.out, functools.partial(print, flush=True)
+        arguments.device,
+        arguments.dtype,
+        arguments.tiny,
+        arguments.out,
+        functools.partial(print, flush=True),
+        [part for part in PARTS if part in arguments.parts],
     )
     for error in output["errors"]:
         print(f"FAILED {error}", file=sys.stderr)

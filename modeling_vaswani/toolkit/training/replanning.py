@@ -30,35 +30,51 @@ REPLANS = 40
 @dataclasses.dataclass
 class Progress:
     """Where the run stands when it is planned again: its step, the seconds its budget has left, and what was measured
-    since the last plan: seconds a training step (its checkpoints and logging included, evaluations not) and seconds
-    an evaluation; and the evaluations the run still has to make."""
+    since the last plan: seconds a training step (its logging included, evaluations and checkpoints not), seconds an
+    evaluation, and seconds a checkpoint (the last one saved; 0 before the first); and the evaluations the run still
+    has to make. Checkpoints are counted apart because they are not spread like steps: the ones averaged at the end
+    come close together, and the last stretch of a run holds several (issue 53's end past its budget)."""
 
     step: int
     seconds_left: float
     seconds_per_step: float
     evaluation_seconds: float
     evaluations_left: int
+    save_seconds: float = 0.0
+
+
+def checkpoints_between(step: int, end: int, save_steps: int) -> int:
+    """The checkpoints a run saves after `step` up to its `end`: every `save_steps`-th step, and the end itself."""
+    return end // save_steps - step // save_steps + (1 if end > step and end % save_steps else 0)
 
 
 def replan(plan: Plan, progress: Progress, evaluations: int, average: int) -> Plan:
     """`plan` made again at `progress.step`: as many more steps as MARGIN of the seconds left holds after the
-    evaluations left, at the speed measured, at most the run as set (plan.reference) and none where no time is left
-    (the run ends at this step); a checkpoint every min(the run's spacing, 30% of the run / `average`) steps, as
-    fit_schedule spaces them, where all the `average` checkpoints averaged at the end are still ahead, else the
-    spacing the averaged ones began with; `evaluations` evaluations spread over the run, the last at its end. The
+    evaluations and checkpoints left, at the speed measured, at most the run as set (plan.reference) and none where no
+    time is left (the run ends at this step); a checkpoint every min(the run's spacing, 30% of the run / `average`)
+    steps, as fit_schedule spaces them, where all the `average` checkpoints averaged at the end are still ahead, else
+    the spacing the averaged ones began with; `evaluations` evaluations spread over the run, the last at its end. The
     warmup is kept. Where the run as set fits, it is the plan, with its own spacing (the user's --save_steps and
     --eval_steps, as fit_schedule keeps them)."""
     left = progress.evaluations_left  # none left costs nothing, even where none was timed (infinite seconds)
     training = progress.seconds_left - (left * progress.evaluation_seconds if left else 0.0)
-    more = max(0, int(MARGIN * training / progress.seconds_per_step))
-    end = min(plan.reference["max_steps"], progress.step + more)
+    step, held = progress.step, MARGIN * training
+
+    def fits(end: int) -> bool:  # the steps to `end` and the checkpoints they save, in the time planned
+        saves = checkpoints_between(step, end, checkpoint_spacing(plan, step, end, average))
+        return (end - step) * progress.seconds_per_step + saves * progress.save_seconds <= held
+
+    # The latest end that fits, by bisection: the checkpoints' spacing, and so their count, depends on the end.
+    low, high = step, min(plan.reference["max_steps"], step + max(0, int(held / progress.seconds_per_step)))
+    while low < high:
+        middle = (low + high + 1) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle - 1)
+    end = low
     if end == plan.reference["max_steps"]:  # the budget does not bind: the run as it was set, as fit_schedule
-        save, eval_steps = plan.reference["save_steps"], plan.reference["eval_steps"]
+        eval_steps = plan.reference["eval_steps"]
     else:
-        save = max(1, min(plan.reference["save_steps"], int(0.3 * end / average)))
         eval_steps = None if plan.eval_steps is None else max(1, math.ceil(end / evaluations))
-    if end - (average - 1) * save <= progress.step:  # the averaged checkpoints have begun: their spacing is kept
-        save = plan.save_steps
+    save = checkpoint_spacing(plan, progress.step, end, average)
     return dataclasses.replace(
         plan,
         seconds_per_step=progress.seconds_per_step,
@@ -67,6 +83,17 @@ def replan(plan: Plan, progress: Progress, evaluations: int, average: int) -> Pl
         save_steps=save,
         eval_steps=eval_steps,
     )
+
+
+def checkpoint_spacing(plan: Plan, step: int, end: int, average: int) -> int:
+    """Steps between checkpoints for a run planned from `step` to `end` (replan)."""
+    if end == plan.reference["max_steps"]:
+        save = plan.reference["save_steps"]
+    else:
+        save = max(1, min(plan.reference["save_steps"], int(0.3 * end / average)))
+    if end - (average - 1) * save <= step:  # the averaged checkpoints have begun: their spacing is kept
+        return plan.save_steps
+    return save
 
 
 def describe_replan(before: Plan, after: Plan, progress: Progress, since: int) -> str:
@@ -98,12 +125,13 @@ class FollowTheMachine(TrainerCallback):
         self.evaluations = 0 if plan.eval_steps is None else plan.max_steps // plan.eval_steps
 
     def on_train_begin(self, args, state, control, **kwargs):
-        now = self.step_ended = time.monotonic()
+        now = self.mark = time.monotonic()
         # The budget's minutes began with the measuring; whatever ran between it and training is spent too.
         began = self.plan.began if self.plan.began is not None else now - self.plan.probe_seconds
         self.budget_ends = began + 60 * args.max_train_minutes
-        self.since, self.since_time, self.evaluating, self.evaluated = state.global_step, now, 0.0, 0
+        self.since, self.since_time, self.aside, self.evaluated = state.global_step, now, 0.0, 0
         self.last_evaluation = self.plan.evaluation_seconds  # the probe's, until the run times one
+        self.last_save = 0.0  # until the run times one
         self.follow(self.plan, state)
 
     def follow(self, plan: Plan, state) -> None:
@@ -116,29 +144,38 @@ class FollowTheMachine(TrainerCallback):
             bar.total = plan.max_steps
             bar.refresh()
 
+    def set_aside(self) -> float:
+        """Seconds since the step's end or what followed it, counted apart from the training steps'."""
+        now = time.monotonic()
+        seconds, self.mark = now - self.mark, now
+        self.aside += seconds
+        return seconds
+
     def on_evaluate(self, args, state, control, **kwargs):
-        # The Trainer evaluates after the step's end (and before its checkpoint)
-        self.last_evaluation = time.monotonic() - self.step_ended
-        self.evaluating += self.last_evaluation
+        # The Trainer evaluates after the step's end, then saves its checkpoint
+        self.last_evaluation = self.set_aside()
         self.evaluated += 1
 
+    def on_save(self, args, state, control, **kwargs):
+        self.last_save = self.set_aside()
+
     def on_step_end(self, args, state, control, **kwargs):
-        now = self.step_ended = time.monotonic()
+        now = self.mark = time.monotonic()
         if control.should_training_stop or state.global_step - self.since < self.interval:  # the end, or too soon
             return control
-        step_seconds = (now - self.since_time - self.evaluating) / (state.global_step - self.since)
-        step_seconds, evaluation_seconds, overdue = slowest_rank(
-            (step_seconds, self.last_evaluation, now - self.budget_ends), args.device
+        step_seconds = (now - self.since_time - self.aside) / (state.global_step - self.since)
+        step_seconds, evaluation_seconds, save_seconds, overdue = slowest_rank(
+            (step_seconds, self.last_evaluation, self.last_save, now - self.budget_ends), args.device
         )
         progress = Progress(
             state.global_step, -overdue, step_seconds, evaluation_seconds,
-            max(0, self.evaluations - self.evaluated),
+            max(0, self.evaluations - self.evaluated), save_seconds,
         )  # fmt: skip
         planned = replan(self.plan, progress, self.evaluations, self.average)
         moved = abs(planned.max_steps - self.plan.max_steps) >= 0.01 * self.plan.max_steps
         told = describe_replan(self.plan, planned, progress, self.since)
         logger.log(logging.WARNING if moved or planned.max_steps == state.global_step else logging.INFO, "%s", told)
-        self.since, self.since_time, self.evaluating = state.global_step, now, 0.0
+        self.since, self.since_time, self.aside = state.global_step, now, 0.0
         self.follow(planned, state)
         if planned.max_steps <= state.global_step:  # no time for another step: this one is the end, and saved
             control.should_training_stop = True

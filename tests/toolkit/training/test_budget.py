@@ -12,6 +12,7 @@ from helpers.training_setup import budgeted_trainer, tiny_checkpoint, tokenized_
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_vaswani.toolkit.training.budget import (
+    USABLE_STEPS,
     Plan,
     choose_threads,
     describe_expected_score,
@@ -145,7 +146,7 @@ def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint,
     """18 seconds on this machine: the plan is made from measured steps, with the warmup, save and evaluation spacing
     fitted to them; the run ends where its last plan says (made again as it trains: the clock, a guard, does not cut
     it, which it did on a machine slower than its probe, load 18, 2026-11-27, before the plan was made again), the
-    last checkpoint is that step. The planned steps are few, so the warning is given, naming what to do."""
+    last checkpoint is that step. Where the planned steps are few, the warning is given, naming what to do."""
     trainer = budgeted_trainer(
         checkpoint, tmp_path, 400, max_train_minutes=0.3, max_steps=100_000, warmup_steps=400, save_steps=150,
         average_last_checkpoints=2,
@@ -163,7 +164,10 @@ def test_a_planned_run_ends_at_its_planned_step_with_its_checkpoints(checkpoint,
         assert (args.max_steps, args.warmup_steps, args.save_steps) == (plan.max_steps, max(1, expected // 6), save)
         trainer.follow(plan)
         trainer.train()
-    assert "plan: time budget 0.3 minutes" in caplog.text and "WARNING: the time budget is too short" in caplog.text
+    assert "plan: time budget 0.3 minutes" in caplog.text
+    # a quiet host trains the tiny model at 100 steps/s and more (2026-11-30): 1,500 steps, no warning due
+    warned = "WARNING: the time budget is too short" in caplog.text
+    assert warned == (plan.max_steps < USABLE_STEPS), (plan.max_steps, warned)
     assert "max_train_minutes=0.3 reached" not in caplog.text, "ended by its plan, not cut by the clock"
     assert trainer.state.global_step == trainer.state.max_steps  # the last plan's end
     assert (tmp_path / f"checkpoint-{trainer.state.global_step}" / "model.safetensors").exists()
