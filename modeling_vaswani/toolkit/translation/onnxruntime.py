@@ -72,6 +72,12 @@ def widest_shortlist(vocab_size: int) -> int:
     return vocab_size // width if width else vocab_size - 1
 
 
+def int64_constant(name: str, value) -> "onnx.NodeProto":
+    """An ONNX Constant node giving `value` as an int64 tensor named `name` (shapes, axes, indices)."""
+    tensor = onnx.numpy_helper.from_array(np.array(value, dtype=np.int64), name)
+    return onnx.helper.make_node("Constant", [], [name], value=tensor)
+
+
 def shortlist_nodes(vocab_size: int, normalized: bool = True, outputs: tuple[str, str] = SHORTLIST) -> list:
     """ONNX nodes giving each row's `shortlist_width` likeliest tokens (`outputs`: values, tokens) from `logits`
     (rows, positions, vocabulary), with their log-probabilities where `normalized` (LogSoftmax first), else their
@@ -91,8 +97,7 @@ def shortlist_nodes(vocab_size: int, normalized: bool = True, outputs: tuple[str
         return [*first, node("TopK", [ranked, SHORTLIST_WIDTH], list(outputs))]
 
     def constant(name: str, value) -> onnx.NodeProto:
-        tensor = onnx.numpy_helper.from_array(np.array(value, dtype=np.int64), f"{prefix}{name}")
-        return node("Constant", [], [f"{prefix}{name}"], value=tensor)
+        return int64_constant(f"{prefix}{name}", value)
 
     def name(*names: str) -> list[str]:
         return [f"{prefix}{each}" for each in names]
@@ -170,15 +175,12 @@ def grouped_cross_attention(branch: "onnx.GraphProto", path: Path, layers: int, 
             )
         return found[0]
 
-    def constant(name: str, value: list[int]) -> onnx.NodeProto:
-        return node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.array(value, dtype=np.int64), name))
-
     # (rows, heads, 1, x) <-> (sentences, b, heads, x): the same memory; 0 keeps the input's last dimension.
     shared = [
         node("Shape", ["past_key_values.0.encoder.key"], ["grouped/sentences"], end=1),
-        constant("grouped/rest", [-1, heads, 0]),
+        int64_constant("grouped/rest", [-1, heads, 0]),
         node("Concat", ["grouped/sentences", "grouped/rest"], ["grouped/by_sentence"], axis=0),
-        constant("grouped/by_row", [-1, heads, 1, 0]),
+        int64_constant("grouped/by_row", [-1, heads, 1, 0]),
     ]
     before, after = {}, {}  # id(a node) -> the nodes that go just before it, or just after it
     for layer in range(layers):
@@ -275,7 +277,7 @@ class OnnxSteps:
         self.shortlist = shortlist
         self.shortlist_width = np.array([shortlist or 1], dtype=np.int64)
         self.normalized = np.array([normalized])
-        self.repeated = None  # the encoder feeds, repeated for the rows of a step
+        self.row_mask = None  # the encoder mask, one row a computed row of the step
         self.past = None  # name -> array, KINDS a layer
         self.order = None  # the rows the self-attention cache is to take before the next step
         presents = [f"present.{layer}.{part}.{kind}" for layer in range(layers) for part, kind in KINDS]
@@ -287,11 +289,11 @@ class OnnxSteps:
         leaving), not each step; the encoder states, which only the first step reads (the cached branch attends over
         the keys and values computed from them), one row a computed row there and one a sentence after."""
         states = self.encoder_outputs.last_hidden_state.numpy()
-        if self.repeated is None or len(self.repeated) != rows:
-            self.repeated = np.repeat(self.mask, rows // len(self.mask), axis=0)
+        if self.row_mask is None or len(self.row_mask) != rows:
+            self.row_mask = np.repeat(self.mask, rows // len(self.mask), axis=0)
         if not cached and rows != len(states):
             states = np.repeat(states, rows // len(states), axis=0)
-        return {"encoder_attention_mask": self.repeated, "encoder_hidden_states": states}
+        return {"encoder_attention_mask": self.row_mask, "encoder_hidden_states": states}
 
     def follow(self) -> None:
         """Takes the self-attention cache's rows that `reorder` and `select` have asked since the last step."""
@@ -358,7 +360,7 @@ class OnnxSteps:
             )
         self.encoder_outputs = BaseModelOutput(last_hidden_state=self.encoder_outputs.last_hidden_state[sentences])
         self.mask = self.mask[sentences.numpy()]
-        self.repeated = None
+        self.row_mask = None
 
 
 class OnnxConfig:
