@@ -7,10 +7,11 @@ Variants: `current` (the Trainer's step before issue 53: its LabelSmoother, fuse
 from another initial model: the noise that a validation loss difference must beat); `fused_loss` (training/step.py's
 smoothed_cross_entropy, VaswaniTrainer's compute_loss_func); `foreach_adam`, `loop_adam` (AdamW's other
 implementations); `bf16` (training/step.py's bf16_autocast: bfloat16 autocast, attention by SDPA's math kernel);
-`bf16_flash` (plain autocast, the flash kernel); `compile` (torch.compile of the model, dynamic shapes; its compile
-time is reported apart); `adopted` (what VaswaniTrainer now does on this machine: its loss, and the autocast its
-probe chose); `marian` (a stock MarianMTModel of the same shapes, as a stock Seq2SeqTrainer steps it: LabelSmoother,
-fused AdamW).
+`bf16_flash` (plain autocast, the flash kernel); `mkl_products` (`current` with training's products through
+nn.Linear's MKL sgemm where kernels_vaswani.ONEDNN_TRAINING would take oneDNN's); `compile` (torch.compile of the
+model, dynamic shapes; its compile time is reported apart); `adopted` (what VaswaniTrainer now does on this machine:
+its loss, and the autocast its probe chose); `marian` (a stock MarianMTModel of the same shapes, as a stock
+Seq2SeqTrainer steps it: LabelSmoother, fused AdamW).
 
 Prints steps/s and tokens/s of each, ratios against `current` and `marian`, the parts of a step (batch, forward,
 loss, backward, optimizer), the padding of the batches, the CPU flags and what ran beside it (load average, the
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 
@@ -39,6 +40,7 @@ from speed.report import machine
 from transformers import MarianMTModel
 from transformers.trainer_pt_utils import LabelSmoother
 
+from modeling_vaswani import kernels_vaswani
 from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.interop.marian_export import check_marian_exportable, marian_config
 from modeling_vaswani.toolkit.outputs import write_text
@@ -49,10 +51,21 @@ from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, smoothed_l
 
 VARIANTS = (
     "current", "current_seed1", "fused_loss", "foreach_adam", "loop_adam", "bf16", "bf16_flash", "compile", "adopted",
-    "marian",
+    "mkl_products", "marian",
 )  # fmt: skip
 PARTS = ("batch", "forward", "loss", "backward", "optimizer")
 WARMUP_STEPS = 3  # untimed per variant: allocator warm-up, and compilation for `compile`
+
+
+@contextmanager
+def mkl_products():
+    """Training's products through nn.Linear (MKL) inside, whatever kernels_vaswani.ONEDNN_TRAINING says."""
+    chosen = kernels_vaswani.ONEDNN_TRAINING
+    kernels_vaswani.ONEDNN_TRAINING = False
+    try:
+        yield
+    finally:
+        kernels_vaswani.ONEDNN_TRAINING = chosen
 
 
 def main_job_trainer(output_dir: str) -> VaswaniTrainer:
@@ -93,6 +106,7 @@ class Runner:
             "bf16_flash": partial(torch.autocast, "cpu", torch.bfloat16),
             "adopted": trainer.autocast_smart_context_manager,  # after the probe: VaswaniTrainer's own choice
         }.get(name, nullcontext)
+        self.products = mkl_products if name == "mkl_products" else nullcontext
         self.forward = torch.compile(model, dynamic=True) if name == "compile" else model
         self.times = {part: [] for part in PARTS}
         self.tokens = []
@@ -102,13 +116,14 @@ class Runner:
         labels = batch["labels"]
         inputs = {key: value for key, value in batch.items() if key != "labels"}
         marks = [time.perf_counter()]
-        with self.autocast():
-            outputs = self.forward(**inputs)
+        with self.products():
+            with self.autocast():
+                outputs = self.forward(**inputs)
+                marks.append(time.perf_counter())
+                loss = self.loss(outputs, labels)
             marks.append(time.perf_counter())
-            loss = self.loss(outputs, labels)
-        marks.append(time.perf_counter())
-        loss.backward()
-        marks.append(time.perf_counter())
+            loss.backward()
+            marks.append(time.perf_counter())
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.schedule.step()

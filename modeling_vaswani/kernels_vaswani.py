@@ -37,10 +37,24 @@ def missing_ops(names=("_linear_pointwise", "_reorder_linear_weight")) -> list[s
 
 MISSING_ONEDNN_OPS = missing_ops() if ONEDNN_LINEAR else []
 
-# Training's products go through oneDNN only where the CPU has AVX-512: there it made training 1.45x MarianMT's
-# (2026-11-21); on an AVX2 EPYC MKL's were 12-18% faster in training, while inference still gained (2026-11-24,
-# docs/performance.md). torch.backends.cpu.get_cpu_capability() names the kernels torch itself dispatches to.
-ONEDNN_TRAINING = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+def cpu_info(field: str, cpuinfo: str = "/proc/cpuinfo") -> str | None:
+    """The first `field` of Linux's cpuinfo (vendor_id, flags), or None where there is none to read."""
+    try:
+        with open(cpuinfo) as lines:
+            return next((line.split(":", 1)[1].strip() for line in lines if line.split(":")[0].strip() == field), None)
+    except OSError:
+        return None
+
+
+# Training's products go through oneDNN where the CPU has AVX-512 and is not Intel's: MKL's sgemm, which nn.Linear
+# calls, takes slow code paths on other vendors' CPUs. With AVX-512, oneDNN made training 1.45x MarianMT's
+# (2026-11-21) and 1.64x on an AMD EPYC (2026-11-27), while on an Intel Xeon (AMX) MKL's trained 1.19x faster than
+# oneDNN's (2026-11-30); on an AVX2 EPYC MKL's were 12-18% faster in training, while inference still gained
+# (2026-11-24; docs/performance.md). torch.backends.cpu.get_cpu_capability() names the kernels torch dispatches to.
+ONEDNN_TRAINING = (
+    torch.backends.cpu.get_cpu_capability().startswith("AVX512") and cpu_info("vendor_id") != "GenuineIntel"
+)
 # The smallest product (rows x in x out multiply-adds) worth a oneDNN call: each costs about 100 us before its work,
 # nn.Linear's 30, so a beam's few rows through a d_model 128 layer took 130 us against 60 (2-core AMD EPYC, avx2,
 # 2026-11-29); a 4-row beam through the 8000-token output layer, 4 M, is 3.5x faster through oneDNN.
@@ -107,7 +121,7 @@ class Linear(nn.Linear):
     on CPU, forward and backward, calls MKL's sgemm, which takes its slow code paths on non-Intel CPUs (half oneDNN's
     rate on an AMD EPYC); transformers' hub kernels (`use_kernel_forward_from_hub`) swap forwards only under
     `from_pretrained(use_kernels=True)` and with the `kernels` package, so the default would lose the speed.
-    With gradients the weight is used as stored (it changes every step), and only on CPUs with AVX-512
+    With gradients the weight is used as stored (it changes every step), and only on AVX-512 CPUs not Intel's
     (`ONEDNN_TRAINING`; elsewhere nn.Linear's MKL products train faster). Without, a packed copy (the weight's size
     again in memory) is made on the first call and again whenever the weight changes: its version counter moves with
     every in-place update (optimizer step, load_state_dict); train() drops it, eval() keeps it. Results equal

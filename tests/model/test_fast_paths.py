@@ -89,7 +89,8 @@ def test_switched_off_or_under_autocast_it_is_nn_linear_exactly():
 @needs_onednn
 @pytest.mark.parametrize("onednn_training", [True, False])
 def test_training_products_go_through_onednn_only_where_chosen(onednn_training, monkeypatch):
-    """With gradients, oneDNN's autograd function where ONEDNN_TRAINING (AVX-512 CPUs), nn.Linear's elsewhere."""
+    """With gradients, oneDNN's autograd function where ONEDNN_TRAINING (AVX-512 CPUs not Intel's), nn.Linear's
+    elsewhere."""
     monkeypatch.setattr(kernels, "ONEDNN_TRAINING", onednn_training)
     applied = []
     original = kernels.OneDNNLinearFunction.apply
@@ -101,7 +102,21 @@ def test_training_products_go_through_onednn_only_where_chosen(onednn_training, 
     assert x.grad.shape == x.shape and layer.weight.grad.shape == layer.weight.shape
     assert kernels.ONEDNN_TRAINING == onednn_training
     monkeypatch.undo()
-    assert kernels.ONEDNN_TRAINING == torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    with open("/proc/cpuinfo") as cpuinfo:
+        intel = any(line.startswith("vendor_id") and line.rstrip().endswith("GenuineIntel") for line in cpuinfo)
+    assert kernels.ONEDNN_TRAINING == (torch.backends.cpu.get_cpu_capability().startswith("AVX512") and not intel)
+
+
+def test_cpu_info_reads_the_first_of_a_field_and_none_where_there_is_none(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\nflags\t\t: fpu avx2 avx512f\n\n"
+        "processor\t: 1\nvendor_id\t: GenuineIntel\n"
+    )
+    assert kernels.cpu_info("vendor_id", str(cpuinfo)) == "AuthenticAMD"
+    assert kernels.cpu_info("flags", str(cpuinfo)) == "fpu avx2 avx512f"
+    assert kernels.cpu_info("vendor", str(cpuinfo)) is None  # a field's whole name, not its beginning
+    assert kernels.cpu_info("vendor_id", str(tmp_path / "absent")) is None
 
 
 @needs_onednn

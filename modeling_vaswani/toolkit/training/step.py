@@ -13,6 +13,7 @@ import torch
 from torch.nn import functional
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from ...kernels_vaswani import cpu_info
 from .budget import cycled
 
 logger = logging.getLogger(__name__)
@@ -37,12 +38,7 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether the CPU's flags (Linux's `cpuinfo`) name a bfloat16 instruction set (BF16_FLAGS)."""
-    try:
-        with open(cpuinfo) as lines:
-            flags = next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), [])
-    except FileNotFoundError:
-        return False
-    return any(flag in flags for flag in BF16_FLAGS)
+    return any(flag in (cpu_info("flags", cpuinfo) or "").split() for flag in BF16_FLAGS)
 
 
 @contextmanager
