@@ -8,6 +8,8 @@ from dataclasses import asdict
 
 import torch
 
+from modeling_vaswani.kernels_vaswani import cpu_info
+
 from .measure import Repetitions, training_flops
 from .models import IMPLEMENTATIONS, PEERS, Shapes
 from .phases import BEAMS, PHASES
@@ -41,12 +43,7 @@ def machine() -> dict:
 
 
 def cpu_name() -> str:
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    return platform.processor() or "unknown"
+    return cpu_info("model name") or platform.processor() or "unknown"
 
 
 # The instruction sets that decide CPU matmul speed: hosts of the same name differ in them from one day to the next.
@@ -54,10 +51,7 @@ SIMD_FLAGS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile"
 
 
 def cpu_flags() -> list[str]:
-    if not os.path.exists("/proc/cpuinfo"):
-        return []
-    with open("/proc/cpuinfo") as cpuinfo:
-        flags = next((line.split(":", 1)[1].split() for line in cpuinfo if line.startswith("flags")), [])
+    flags = (cpu_info("flags") or "").split()
     return [flag for flag in SIMD_FLAGS if flag in flags]
 
 

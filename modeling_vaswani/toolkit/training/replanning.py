@@ -74,7 +74,7 @@ def replan(plan: Plan, progress: Progress, evaluations: int, average: int) -> Pl
         eval_steps = plan.reference["eval_steps"]
     else:
         eval_steps = None if plan.eval_steps is None else max(1, math.ceil(end / evaluations))
-    save = checkpoint_spacing(plan, progress.step, end, average)
+    save = checkpoint_spacing(plan, step, end, average)
     return dataclasses.replace(
         plan,
         seconds_per_step=progress.seconds_per_step,
