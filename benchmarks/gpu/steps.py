@@ -169,13 +169,9 @@ def passes(model, optimizer, warmup: dict, batches: list[dict], context, device:
 
 def profiled_ops(model, optimizer, batch: dict, context, device: str) -> dict:
     """The SDPA kernels, casts and host reads of one step, as the profiler counts the operators called."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
-        step_times(model, optimizer, batch, context, device)
-    counts = {event.key: event.count for event in profiler.key_averages()}
+    counts = measure.operator_counts(lambda: step_times(model, optimizer, batch, context, device))
     found = {name: counts.get(op, 0) for name, op in COUNTED_OPS.items()}
-    found["sdpa_kernels"] = {op: count for op, count in counts.items() if "scaled_dot_product" in op}
+    found["sdpa_kernels"] = measure.sdpa_operators(counts)
     return found
 
 

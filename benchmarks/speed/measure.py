@@ -139,6 +139,21 @@ def timed(call: Callable[[], object], warmup: int, repetitions: int, device: str
     return times
 
 
+def operator_counts(call: Callable[[], object]) -> dict[str, int]:
+    """How many times `call` calls each torch operator, as torch's profiler counts them on the host (every kernel a
+    CUDA operator launches is named by its operator there too)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+        call()
+    return {event.key: event.count for event in profiler.key_averages()}
+
+
+def sdpa_operators(counts: dict[str, int]) -> dict[str, int]:
+    """The scaled-dot-product-attention kernels among `counts` (operator_counts): which of SDPA's backends ran."""
+    return {op: count for op, count in counts.items() if "scaled_dot_product" in op}
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # The ceiling and the model's FLOPs
 # ---------------------------------------------------------------------------------------------------------------------

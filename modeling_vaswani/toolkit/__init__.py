@@ -2,6 +2,7 @@
 model (the payload above it), and none of it travels with a checkpoint. Its rooms, from the bottom up:
 
 - `texts`: the one reader of the text a user writes, and the one writer of line output;
+- `values`: how every room refuses a value: the value shown, and the one whole-number check;
 - `outputs`: the one atomic writer, and the checks that an output is the command's own;
 - `checkpoints`: the one home of finding, validating, opening and loading a checkpoint folder;
 - `runtime`: process settings the commands and the Trainer apply for their own processes;

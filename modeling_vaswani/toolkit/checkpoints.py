@@ -34,6 +34,7 @@ from transformers.utils import SAFE_WEIGHTS_INDEX_NAME, SAFE_WEIGHTS_NAME
 from ..configuration_vaswani import VaswaniConfig
 from ..modeling_vaswani import VaswaniForConditionalGeneration
 from .outputs import restore_set_aside
+from .values import count
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 # What vaswani-export-ctranslate2 writes: CTranslate2's model.bin, config.json and vocabulary, the generation settings,
@@ -167,6 +168,16 @@ def read_json(path: Path, expected: type = dict) -> dict | list:
         what = {dict: "a JSON object", list: "a JSON array"}.get(expected, expected.__name__)
         raise CheckpointError(f"{path} holds a {type(values).__name__}; expected {what}")
     return values
+
+
+def check_recorded_counts(path: Path, settings: dict, names) -> None:
+    """Each of `names` in an export's settings file `path` (read as `settings`) is a whole number of at least 1, as
+    the exporter writes it; else a CheckpointError naming the file, the setting and its value."""
+    for name in names:
+        try:
+            count(name, settings.get(name))
+        except ValueError as error:
+            raise CheckpointError(f"{path}: {error}, as the exporter writes it: export the checkpoint again") from None
 
 
 def weight_files(folder: Path) -> list[Path]:
@@ -466,13 +477,7 @@ def validate_export(folder, with_tokenizer: bool = True) -> Export:
             f"({', '.join((*EXPORT_FILES, *TOKENIZER_FILES))}): export the checkpoint again"
         )
     settings = read_json(folder / EXPORT_FILE)
-    for name in ("max_position_embeddings", "position_rows"):
-        value = settings.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise CheckpointError(
-                f"{folder / EXPORT_FILE}: {name} is {value!r}; expected a positive integer, as "
-                "vaswani-export-ctranslate2 writes it"
-            )
+    check_recorded_counts(folder / EXPORT_FILE, settings, ("max_position_embeddings", "position_rows"))
     vocabulary = read_json(folder / EXPORT_VOCABULARY, list)
     wrong = next((index for index, token in enumerate(vocabulary) if not isinstance(token, str)), None)
     if wrong is not None or not vocabulary:
@@ -571,13 +576,7 @@ def validate_onnx(folder, quantized: bool = False) -> OnnxExport:
         )
     settings = read_json(folder / ONNX_FILE)
     check_settings_digest(folder, settings)
-    for name in ONNX_SETTINGS:
-        value = settings.get(name)
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise CheckpointError(
-                f"{folder / ONNX_FILE}: {name} is {value!r}; expected a positive integer, as vaswani-export-onnx "
-                "writes it"
-            )
+    check_recorded_counts(folder / ONNX_FILE, settings, ONNX_SETTINGS)
     recorded = settings.get("files") if isinstance(settings.get("files"), dict) else {}
     # An export since the settings' own digest records every file beside the graphs too (its Marian config,
     # generation settings and tokenizer): a byte changed in any of them is named, not read as the model's.

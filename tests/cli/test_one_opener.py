@@ -105,7 +105,7 @@ DAMAGES = {
     ),
     "settings without position_rows": (
         lambda f, _: edit_json(f / "vaswani_ctranslate2.json", lambda s: {**s, "position_rows": None}),
-        "{f}/vaswani_ctranslate2.json: position_rows is None; expected a positive integer",
+        "{f}/vaswani_ctranslate2.json: position_rows=None; expected an int of at least 1",
     ),
     "settings that are an array": (
         lambda f, _: (f / "vaswani_ctranslate2.json").write_text("[1, 2]"),

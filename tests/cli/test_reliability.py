@@ -485,8 +485,8 @@ def test_plot_attention_refuses_an_empty_sentence_and_a_file_as_output_dir(check
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--vocab_size", "100"], "vocab_size must be an int >= 260"),
-        (["--min_frequency", "0"], "min_frequency must be an int >= 1"),
+        (["--vocab_size", "100"], "vocab_size=100; expected an int of at least 260"),
+        (["--min_frequency", "0"], "min_frequency=0; expected an int of at least 1"),
         (["--output_dir", "{file}"], "output folder {file} is a file; expected a new folder or an earlier output of"),
     ],
 )

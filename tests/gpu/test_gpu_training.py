@@ -22,6 +22,7 @@ import torch
 from helpers.gpu import IS_TINY, is_cuda, small_checkpoint, synchronize
 from helpers.tiny_models import padded_batch
 from helpers.training_setup import tokenized_slice
+from speed.measure import operator_counts, sdpa_operators  # the speed benchmark's (benchmarks/speed/)
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
@@ -33,6 +34,7 @@ MAX_TOKENS = 400 if IS_TINY else 4000
 PAIRS = 200 if IS_TINY else 29000  # tiny: a slice; else the whole of Multi30k's training set
 FALL = 0.3 if IS_TINY else 1.0  # nats the loss must fall from its first logged value to its last ones
 MARGIN = 0.05  # bf16's final loss within 5% of float32's
+GENERATED = 8  # tokens an evaluation step's generation adds
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +60,7 @@ def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dic
         learning_rate=1e-2 if IS_TINY else 2e-3,
         logging_steps=LOGGING_STEPS,
         save_strategy="no",
+        predict_with_generate=True,  # for attention_kernels' evaluation step
         report_to=[],
         disable_tqdm=True,
         seed=0,
@@ -80,17 +83,25 @@ def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dic
     }
 
 
-def attention_kernels(trainer, device: str) -> dict[str, int]:
-    """The SDPA operators one more training step of `trainer` calls, forward and backward, under the context the
-    Trainer computes its losses in, as torch's profiler counts them."""
-    from torch.profiler import ProfilerActivity, profile
-
+def attention_kernels(trainer, device: str) -> dict[str, dict[str, int]]:
+    """The SDPA operators, as torch's profiler counts them, of one more training step of `trainer` (forward and
+    backward, under the context the Trainer computes its losses in) and of one evaluation step that generates."""
     batch = {name: tensor.to(device) for name, tensor in next(iter(trainer.get_train_dataloader())).items()}
-    with profile(activities=[ProfilerActivity.CPU]) as profiler:
+
+    def training_step():
         with trainer.compute_loss_context_manager():
             loss = trainer.compute_loss(trainer.model, batch)
         loss.backward()
-    return {event.key: event.count for event in profiler.key_averages() if "scaled_dot_product" in event.key}
+
+    def evaluation_step():  # generate() runs outside the loss's context, each step a new key length
+        trainer.model.eval()
+        trainer.prediction_step(trainer.model, batch, prediction_loss_only=False, max_new_tokens=GENERATED)
+        trainer.model.train()
+
+    return {
+        "training": sdpa_operators(operator_counts(training_step)),
+        "evaluation": sdpa_operators(operator_counts(evaluation_step)),
+    }
 
 
 def test_bf16_autocast_training_follows_float32(device, checkpoint, train_dataset, tmp_path, figures):
@@ -114,8 +125,9 @@ def test_bf16_autocast_training_follows_float32(device, checkpoint, train_datase
         assert torch.device(run["device"]).type == torch.device(device).type
     assert float32["logits_dtypes"] == ["torch.float32"] and bf16["logits_dtypes"] == ["torch.bfloat16"]
     assert bf16["mixed_precision"] == "bf16"
-    for run in (float32, bf16):  # training keeps out cuDNN's attention, which plans anew for every batch shape
-        assert run["sdpa_kernels"] and not any("cudnn" in op for op in run["sdpa_kernels"]), run["sdpa_kernels"]
+    for run in (float32, bf16):  # training and evaluation keep out cuDNN's attention: it plans anew for every shape
+        for kernels in run["sdpa_kernels"].values():
+            assert kernels and not any("cudnn" in op for op in kernels), run["sdpa_kernels"]
     assert difference <= MARGIN * float32["final"], (
         f"bf16's final loss {bf16['final']:.4f} is not within {MARGIN:.0%} of float32's {float32['final']:.4f}"
     )

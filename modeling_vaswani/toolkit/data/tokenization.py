@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datasets import Dataset, DatasetDict, Features, List, Value
 
+from ..values import count
 from .pairs import check_languages
 
 logger = logging.getLogger(__name__)
@@ -51,8 +52,7 @@ def _keep_fitting(batch: pa.Table, max_length: int) -> pa.Table:
 
 def check_max_length(max_length: int | None) -> None:
     """Refuses a `max_length` that is not None or an int >= 2, before any tokenizing."""
-    if max_length is not None and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2):
-        raise ValueError(f"max_length must be None or an int >= 2 (a token plus </s>), got {max_length!r}")
+    count("max_length", max_length, 2, "a token plus </s>", optional=True)
 
 
 def filter_by_length(tokenized: Dataset, max_length: int, num_proc: int | None = None, name: str = "dataset"):
@@ -118,8 +118,7 @@ def tokenize_pairs(
     """
     check_languages(source_lang, target_lang)
     check_max_length(max_length)
-    if num_proc is not None and (isinstance(num_proc, bool) or not isinstance(num_proc, int) or num_proc < 1):
-        raise ValueError(f"num_proc must be None or an int >= 1 (worker processes), got {num_proc!r}")
+    count("num_proc", num_proc, 1, "worker processes", optional=True)
     _check_tokenizer(tokenizer)
     if isinstance(dataset, DatasetDict):
         return DatasetDict(

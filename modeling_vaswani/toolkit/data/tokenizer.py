@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerFast
 from ...configuration_vaswani import VaswaniConfig
 from ..outputs import TRAINED_TOKENIZER, check_output_folder, released_on_failure, save_object, staged_folder
 from ..texts import iter_text_lines
+from ..values import count
 
 PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
 # BpeTrainer numbers special tokens 0, 1, ... in list order. <pad>, <s> (also the decoder start) and </s> go to
@@ -41,11 +42,6 @@ def _check_files(files: str | Path | Sequence[str | Path]) -> list[Path]:
         if not path.is_file():
             raise FileNotFoundError(f"tokenizer training file not found: {str(path)!r}")
     return paths
-
-
-def _check_int(name: str, value: object, minimum: int, why: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum} ({why}), got {value!r}")
 
 
 def _nonblank(texts: Iterable[str], where: object) -> Iterator[str]:
@@ -102,8 +98,8 @@ def train_tokenizer_from_texts(
     """`train_tokenizer` on texts as they stream by (both languages' sentences, one after the other), so that a
     corpus of millions of pairs is never held in memory: the recipe streams them from the dataset's Arrow files.
     `where` names the texts in the error raised when none holds any text."""
-    _check_int("vocab_size", vocab_size, MIN_VOCAB_SIZE, f"{len(SPECIAL_TOKENS)} special tokens + 256 bytes")
-    _check_int("min_frequency", min_frequency, 1, "occurrences of a pair before it is merged")
+    count("vocab_size", vocab_size, MIN_VOCAB_SIZE, f"{len(SPECIAL_TOKENS)} special tokens + 256 bytes")
+    count("min_frequency", min_frequency, 1, "occurrences of a pair before it is merged")
     backend = _byte_level_bpe()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

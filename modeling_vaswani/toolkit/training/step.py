@@ -56,7 +56,8 @@ CUDA_TRAINING_ATTENTION = (SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTE
 
 
 def training_attention(device: torch.device):
-    """The SDPA kernels a training step on `device` may use (CUDA_TRAINING_ATTENTION on CUDA; elsewhere torch's)."""
+    """The SDPA kernels a training or evaluation step on `device` may use (CUDA_TRAINING_ATTENTION on CUDA; elsewhere
+    torch's)."""
     return sdpa_kernel(list(CUDA_TRAINING_ATTENTION)) if device.type == "cuda" else nullcontext()
 
 

@@ -395,9 +395,14 @@ class VaswaniTrainer(Seq2SeqTrainer):
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         # Seq2SeqTrainer.prediction_step writes every generate() default into model.generation_config (max_length 20
         # and 30 more), which every later checkpoint would carry and every generate() then warns about: keep ours.
+        # generate() runs outside compute_loss_context_manager, yet under --bf16 accelerate's autocast wraps forward:
+        # on CUDA its steps, a new key length each, are kept out of cuDNN's attention too (step.training_attention).
         kept = copy.deepcopy(self.model.generation_config)
         try:
-            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+            with training_attention(self.args.device):
+                return super().prediction_step(
+                    model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs
+                )
         finally:
             self.model.generation_config = kept
 

@@ -8,7 +8,7 @@ count is known (`check_sentences`, `terminology.check_phrase_texts`), generate()
 
 from ..data.markup import FORMATS
 from ..data.sentences import check_language
-from .errors import ArgumentTypeError, shown
+from ..values import ArgumentTypeError, count, shown
 from .terminology import Glossary
 
 
@@ -18,17 +18,8 @@ def flag(name: str, value) -> bool:
     return value
 
 
-def count(name: str, value, optional: bool = False) -> int | None:
-    expected = "an int of at least 1" + (" (or None)" if optional else "")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ArgumentTypeError(f"{name}={shown(value)}; expected {expected}")
-    if value < 1:
-        raise ValueError(f"{name}={shown(value)}; expected {expected}")
-    return value
-
-
 def optional_count(name: str, value) -> int | None:
-    return None if value is None else count(name, value, optional=True)
+    return count(name, value, optional=True)
 
 
 def markup_format(name: str, value) -> str:

@@ -11,9 +11,10 @@ terminology.py, each once."""
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 
+from ..values import shown
 from .arguments import RULES, count, markup_format, optional_count
 from .engines import CAPABILITIES, ENGINES, Engine, engine_of
-from .errors import RequestError, shown
+from .errors import RequestError
 from .terminology import Glossary
 
 PHRASES = ("constraints", "avoid", "glossary")  # the terminology a search meets

@@ -21,7 +21,8 @@ from typing import NamedTuple
 from ...constraints_vaswani import overflows
 from ..data.sentences import Layout
 from ..texts import iter_text_lines, tab_fields
-from .errors import InputError, RequestError, shown
+from ..values import shown
+from .errors import InputError, RequestError
 
 WORD = re.compile(r"\w+")
 

@@ -314,7 +314,7 @@ def test_length_filter_count_on_multi30k(tokenizer, caplog):
 
 def test_tokenize_pairs_rejects_bad_tokenizer_and_max_length(tokenizer):
     dataset = Dataset.from_dict({"translation": [{"en": "A dog.", "de": "Ein Hund."}]}, features=SCHEMA)
-    with pytest.raises(ValueError, match="got 1"):
+    with pytest.raises(ValueError, match=r"max_length=1; expected an int of at least 2 \(a token plus </s>\)"):
         tokenize_pairs(dataset, tokenizer, "en", "de", max_length=1)
     without_eos = type(tokenizer)(tokenizer_object=tokenizer.backend_tokenizer, eos_token="</s>", add_eos_token=False)
     with pytest.raises(ValueError, match="expected the ids to end with eos_token_id"):

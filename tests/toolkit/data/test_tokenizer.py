@@ -133,9 +133,9 @@ def test_cli_reports_bad_input_as_usage_error(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"vocab_size": 259}, "got 259"),
-        ({"vocab_size": 1000.0}, "got 1000.0"),
-        ({"min_frequency": 0}, "min_frequency must be an int >= 1"),
+        ({"vocab_size": 259}, r"vocab_size=259; expected an int of at least 260 \(4 special tokens"),
+        ({"vocab_size": 1000.0}, r"vocab_size=1000.0; expected an int"),
+        ({"min_frequency": 0}, "min_frequency=0; expected an int of at least 1"),
     ],
 )
 def test_bad_numbers_are_named(slice_files, kwargs, message):

@@ -4,6 +4,7 @@ against the Trainer's LabelSmoother after steps of training, and bfloat16 autoca
 import logging
 import math
 import time
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from modeling_vaswani.toolkit.training import trainer as trainer_module
 from modeling_vaswani.toolkit.training.step import (
     BF16_MARGIN,
     bf16_pays,
@@ -180,3 +182,26 @@ def test_the_probe_times_both_precisions_and_leaves_the_run_as_it_was(checkpoint
         assert "float32 and" in caplog.text and "under bfloat16 autocast: training in" in caplog.text
     else:  # emulated bfloat16 is never tried
         assert chosen is False and caplog.text == ""
+
+
+def test_an_evaluations_generation_runs_under_the_training_attention(checkpoint, train_split, tmp_path, monkeypatch):
+    """generate() runs outside compute_loss_context_manager; on CUDA it too must keep out of cuDNN's attention
+    (tests/gpu's bf16 check counts the kernels there). Here: each of its forwards runs inside the rule's context."""
+    entered = []
+
+    @contextmanager
+    def recorded(device):
+        entered.append(device)
+        yield
+
+    monkeypatch.setattr(trainer_module, "training_attention", recorded)
+    trainer = trainer_of(checkpoint, train_split, tmp_path, predict_with_generate=True)
+    inside = []
+    hook = trainer.model.register_forward_hook(lambda *_: inside.append(len(entered)))
+    batch = next(iter(trainer.get_train_dataloader()))
+    trainer.model.eval()
+    _, generated, _ = trainer.prediction_step(trainer.model, batch, prediction_loss_only=False, max_new_tokens=4)
+    hook.remove()
+    assert generated is not None and generated.shape[0] == batch["input_ids"].shape[0]
+    assert len(inside) > 2 and all(count >= 1 for count in inside), inside
+    assert entered and all(device == trainer.args.device for device in entered)
