@@ -198,3 +198,25 @@ def test_shipped_accelerate_configs_load(name):
             assert hasattr(modeling, layer), f"{layer} is not a layer class of the model"
     if name == "deepspeed_zero2":
         assert config.deepspeed_config["zero_stage"] == 2
+
+
+LAUNCHED_ARGUMENTS = """
+import json, sys
+from modeling_vaswani.toolkit.training.trainer import VaswaniTrainingArguments
+args = VaswaniTrainingArguments(output_dir=sys.argv[1], report_to=[])
+print(json.dumps({"rank": args.process_index, "world": args.world_size, "mode": args.parallel_mode.value}))
+"""
+
+
+def test_a_torchrun_without_use_cpu_on_a_machine_without_gpus_is_one_run(tmp_path):
+    """`torchrun --nproc_per_node 2 vaswani-train ...` as docs/training.md gives it, on a CPU-only machine: without
+    --use_cpu the Trainer saw one process in each (each training alone on all the data into the same folder, told by
+    one warning); the arguments now make the two one run over gloo."""
+    script = tmp_path / "launched.py"
+    script.write_text(LAUNCHED_ARGUMENTS)
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    result = run([*torchrun, str(script), str(tmp_path / "out")], tmp_path)
+    seen = sorted(json.loads(line)["rank"] for line in result.stdout.splitlines() if line.startswith("{"))
+    worlds = {json.loads(line)["world"] for line in result.stdout.splitlines() if line.startswith("{")}
+    modes = {json.loads(line)["mode"] for line in result.stdout.splitlines() if line.startswith("{")}
+    assert seen == [0, 1] and worlds == {2} and modes == {"distributed"}, result.stdout

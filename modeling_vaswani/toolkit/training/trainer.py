@@ -165,7 +165,18 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     def __post_init__(self):
         if self.early_stopping_patience is not None and self.metric_for_best_model is None:
             self.metric_for_best_model = "sacrebleu"  # before the Trainer's own checks: it sets greater_is_better
+        launched = int(os.environ.get("WORLD_SIZE", "1"))  # torchrun's and accelerate launch's process count
+        if launched > 1 and not torch.cuda.is_available():
+            # The Trainer runs CPU processes as one run (gloo) only under use_cpu; without it each would train alone
+            # on all the data and write the same output folder, told by one warning of transformers'.
+            self.use_cpu = True
         super().__post_init__()
+        if launched > 1 and self.world_size != launched:
+            raise ValueError(
+                f"launched as {launched} processes (WORLD_SIZE={launched}), but the Trainer would train on "
+                f"{self.world_size} (parallel_mode {self.parallel_mode.value}): each process would train alone and "
+                "write the same output folder; expected a launch the Trainer runs as one (docs/training.md)"
+            )
         if self.early_stopping_patience is not None:
             if self.early_stopping_patience < 1:
                 raise ValueError(f"early_stopping_patience must be >= 1, got {self.early_stopping_patience}")
