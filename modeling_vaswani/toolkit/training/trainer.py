@@ -310,7 +310,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         super().__init__(model=model, args=args, data_collator=data_collator, callbacks=callbacks, **kwargs)
         self._equation_3_scheduler = None
         self._args_given = given
-        self.bf16_autocast = False  # set where step.probe_bf16 measured it faster on this machine
+        self.bf16_autocast = False  # step.bf16_autocast around each loss where set (benchmarks/training_step.py)
 
     def follow(self, plan) -> None:
         """Trains by the time budget's `plan` (budget.plan_run): the arguments given with the plan's steps, warmup,
