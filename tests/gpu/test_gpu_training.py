@@ -1,5 +1,5 @@
-"""Training on the device: bf16 autocast (the Trainer's --bf16) against float32 on the shipped Multi30k, and
-torch.compile of a training step against the same step eager.
+"""Training on the device: bf16 autocast (the Trainer's --bf16) against float32 on the shipped Multi30k,
+torch.compile of a training step against the same step eager, and the Trainer's own choice to compile.
 
 - bf16: the `small` preset (vaswani-train's default model; tiny: the training tests' tiny model) trained by
   VaswaniTrainer with the same seed, data and batches twice, in float32 and with --bf16, for 300 steps of 4000-token
@@ -12,6 +12,10 @@ torch.compile of a training step against the same step eager.
   time and the step times after it are recorded. The CPU dry run compiles with the eager backend (dynamo's capture
   alone: inductor's C++ code generation takes a minute on a small CPU, AOTAutograd's tracing half again of dynamo's
   8 s there; the dry run proves the check's path, not the kernels).
+- compile where it pays: VaswaniTrainer's own choice (training/step.py's compile_pays) with the steps it takes to repay
+  set to the bf16 check's 300 (tiny: 12): the run compiles (inductor on CUDA), trains as the eager run does (final
+  loss within MARGIN), and both runs' times are recorded. The CPU dry run forces the choice (the rule compiles on
+  CUDA only) and captures with the eager backend.
 """
 
 import copy
@@ -25,6 +29,8 @@ from helpers.training_setup import tokenized_slice
 from speed.measure import operator_counts, sdpa_operators  # the speed benchmark's (benchmarks/speed/)
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from modeling_vaswani.toolkit.training import step as step_module
+from modeling_vaswani.toolkit.training import trainer as trainer_module
 from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, VaswaniTrainingArguments
 
 pytestmark = pytest.mark.gpu
@@ -47,7 +53,7 @@ def train_dataset(checkpoint):
     return tokenized_slice(AutoTokenizer.from_pretrained(checkpoint), PAIRS)
 
 
-def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dict:
+def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool, **settings) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(checkpoint)
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoint)
     args = VaswaniTrainingArguments(
@@ -64,6 +70,7 @@ def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dic
         report_to=[],
         disable_tqdm=True,
         seed=0,
+        **settings,
     )
     trainer = VaswaniTrainer(model=model, args=args, train_dataset=train_dataset, processing_class=tokenizer)
     dtypes = set()
@@ -80,6 +87,7 @@ def train(checkpoint, train_dataset, device: str, output_dir, bf16: bool) -> dic
         "mixed_precision": trainer.accelerator.mixed_precision,
         "device": str(next(model.parameters()).device),
         "train_runtime_s": output.metrics.get("train_runtime"),
+        "compiled": trainer._compiled is not None and trainer._compiled[1] is not trainer._compiled[0],
     }
 
 
@@ -181,3 +189,29 @@ def test_compiled_training_step_gives_the_eager_loss(device, checkpoint, figures
         batch_sentences=len(lengths),
     )
     assert max(differences) < 1e-4, f"compiled losses {compiled} differ from eager {eager}"
+
+
+def test_a_run_whose_steps_repay_it_trains_compiled(device, checkpoint, train_dataset, tmp_path, figures, monkeypatch):
+    """VaswaniTrainer's own choice to compile (training/step.py's compile_pays) with the steps it takes to repay set
+    to this run's: on CUDA the rule itself chooses inductor, and the run must train as the eager one does (final loss
+    within MARGIN). The CPU dry run forces the choice and captures with dynamo alone (the eager backend)."""
+    if is_cuda(device):
+        monkeypatch.setattr(step_module, "COMPILE_PAYS_AFTER_STEPS", STEPS)
+    else:
+        monkeypatch.setattr(trainer_module, "compile_pays", lambda where, steps: steps >= STEPS)
+        monkeypatch.setattr(step_module, "COMPILE_BACKEND", "eager")
+    torch.compiler.reset()
+    eager = train(checkpoint, train_dataset, device, tmp_path / "eager", bf16=False, torch_compile=False)
+    compiled = train(checkpoint, train_dataset, device, tmp_path / "compiled", bf16=False)
+    figures.add(
+        steps=STEPS,
+        backend=step_module.COMPILE_BACKEND,
+        train_runtime_s={
+            "eager": eager["train_runtime_s"],
+            "compiled (compiling included)": compiled["train_runtime_s"],
+        },
+        final_loss={"eager": eager["final"], "compiled": compiled["final"]},
+    )
+    assert compiled["compiled"] and not eager["compiled"]
+    assert compiled["final"] < compiled["losses"][0] - FALL, compiled["losses"]
+    assert abs(compiled["final"] - eager["final"]) <= MARGIN * eager["final"], (eager["losses"], compiled["losses"])

@@ -1,6 +1,7 @@
-"""The training step's speed: Section 5.4's label-smoothed loss in one fused call (the recipe's), and bfloat16 autocast
-with the probe that times it against float32 on the machine at hand, which benchmarks/training_step.py measures: the
-recipe trains in float32, which scored higher at equal time (docs/results.md)."""
+"""The training step's speed: Section 5.4's label-smoothed loss in one fused call (the recipe's), torch.compile where a
+run's steps repay it (on CUDA), and bfloat16 autocast with the probe that times it against float32 on the machine at
+hand, which benchmarks/training_step.py measures: the recipe trains in float32, which scored higher at equal time
+(docs/results.md)."""
 
 import copy
 import itertools
@@ -60,6 +61,19 @@ def training_attention(device: torch.device):
     """The SDPA kernels a training or evaluation step on `device` may use (CUDA_TRAINING_ATTENTION on CUDA; elsewhere
     torch's)."""
     return sdpa_kernel(list(CUDA_TRAINING_ATTENTION)) if device.type == "cuda" else nullcontext()
+
+
+# A compiled training step pays where the steps left save more than its compilation costs. On the H200 (docs/gpu.md,
+# 2026-11-30) compiling took 76-146 s and saved 3-10 ms a step: it paid after some 14,000 (base at the paper's batch)
+# to 25,000 steps (the small preset against float32); on the CPU the compiled step was slower (0.54x, docs/results.md).
+COMPILE_PAYS_AFTER_STEPS = 25_000
+COMPILE_BACKEND = "inductor"  # torch.compile's default, which docs/gpu.md measured
+
+
+def compile_pays(device: torch.device, steps: int) -> bool:
+    """Whether a run with `steps` training steps left on `device` should train through torch.compile: on CUDA, from
+    COMPILE_PAYS_AFTER_STEPS steps (the figures measured; no probe times a compilation on the machine)."""
+    return device.type == "cuda" and steps >= COMPILE_PAYS_AFTER_STEPS
 
 
 PROBE_PAIRS = 3  # timed float32 and bfloat16 steps each, after one untimed pair

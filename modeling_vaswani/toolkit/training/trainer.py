@@ -36,9 +36,10 @@ from ..checkpoints import find_checkpoints
 from ..data.batching import TokenBudgetBatchSampler
 from ..outputs import writing_into, writing_natively
 from ..runtime import apply_process_settings
+from . import step
 from .averaging import average_checkpoints
 from .replanning import FollowTheMachine
-from .step import bf16_autocast, smoothed_cross_entropy, training_attention
+from .step import bf16_autocast, compile_pays, smoothed_cross_entropy, training_attention
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,15 @@ class VaswaniTrainingArguments(Seq2SeqTrainingArguments):
     paper_decoding: bool = field(
         default=True,
         metadata={"help": "evaluate with Section 6.1's beam search (beam 4, GNMT length penalty, input + 50)"},
+    )
+    torch_compile: bool | None = field(
+        default=None,
+        metadata={
+            "help": "train through torch.compile: true always (transformers' compile of the model), false never; "
+            "unset (the default), on CUDA where the run's steps repay the compilation (docs/gpu.md)",
+            "nargs": "?",  # a bare --torch_compile is true, as transformers' flag is
+            "const": True,
+        },
     )
 
     def __post_init__(self):
@@ -311,6 +321,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
         self._equation_3_scheduler = None
         self._args_given = given
         self.bf16_autocast = False  # step.bf16_autocast around each loss where set (benchmarks/training_step.py)
+        self._compiled = None  # (the model trained, its compiled forward or itself), chosen at the first step
 
     def follow(self, plan) -> None:
         """Trains by the time budget's `plan` (budget.plan_run): the arguments given with the plan's steps, warmup,
@@ -335,6 +346,33 @@ class VaswaniTrainer(Seq2SeqTrainer):
         if self.lr_scheduler is self._equation_3_scheduler:
             self.lr_scheduler = None
         return super().train(*args, **kwargs)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        # Identical to the Trainer's step, except that the forward is compiled where the steps left repay it.
+        return super().training_step(self.compiled_for_training(model), inputs, num_items_in_batch)
+
+    def compiled_for_training(self, model: torch.nn.Module) -> torch.nn.Module:
+        """`model` through torch.compile (step.COMPILE_BACKEND) where --torch_compile is unset and the run's steps
+        left repay it on its device (step.compile_pays), else `model`; chosen once, at the run's first step, when the
+        Trainer knows the steps. The compiled module shares the model's parameters: checkpoints, evaluation and
+        generation use the model as it is."""
+        if self._compiled is None or self._compiled[0] is not model:
+            steps = self.state.max_steps - self.state.global_step
+            chosen = (
+                self.args.torch_compile is None
+                and not (self.is_deepspeed_enabled or self.is_fsdp_enabled)  # their engines compile by their own rules
+                and compile_pays(self.args.device, steps)
+            )
+            if chosen:
+                logger.warning(
+                    "torch.compile: %d steps to train on %s, more than the %d its compilation takes to repay "
+                    "(docs/gpu.md): compiling the training forward (--torch_compile false trains eager)",
+                    steps,
+                    self.args.device,
+                    step.COMPILE_PAYS_AFTER_STEPS,
+                )
+            self._compiled = (model, torch.compile(model, backend=step.COMPILE_BACKEND) if chosen else model)
+        return self._compiled[1]
 
     def create_scheduler(self, num_training_steps: int, optimizer=None):
         if not self.args.paper_schedule:

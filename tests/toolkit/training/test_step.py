@@ -13,10 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
+from modeling_vaswani.toolkit.training import step as step_module
 from modeling_vaswani.toolkit.training import trainer as trainer_module
+from modeling_vaswani.toolkit.training.recipe import parse_arguments
 from modeling_vaswani.toolkit.training.step import (
     BF16_MARGIN,
+    COMPILE_PAYS_AFTER_STEPS,
     bf16_pays,
+    compile_pays,
     cpu_has_bf16,
     probe_bf16,
     smoothed_cross_entropy,
@@ -205,3 +209,71 @@ def test_an_evaluations_generation_runs_under_the_training_attention(checkpoint,
     assert generated is not None and generated.shape[0] == batch["input_ids"].shape[0]
     assert len(inside) > 2 and all(count >= 1 for count in inside), inside
     assert entered and all(device == trainer.args.device for device in entered)
+
+
+@pytest.mark.parametrize(
+    ("device", "steps", "pays"),
+    [
+        ("cpu", 10**6, False),
+        ("cuda", 24_999, False),
+        ("cuda", 25_000, True),
+        ("cuda", 300_000, True),
+        ("mps", 10**6, False),
+    ],
+)
+def test_compilation_pays_on_cuda_from_the_measured_steps(device, steps, pays):
+    """docs/gpu.md: compiling paid after some 14,000-25,000 steps on the H200; the compiled CPU step was slower."""
+    assert COMPILE_PAYS_AFTER_STEPS == 25_000
+    assert compile_pays(torch.device(device), steps) is pays
+
+
+def compiled_run(checkpoint, train_split, output_dir, monkeypatch, **settings):
+    """5 steps with compile_pays answering yes on the CPU (what it answers for a long run on CUDA), through a backend
+    that records the graphs torch.compile hands it and runs them as captured."""
+    asked, graphs = [], []
+
+    def recording(graph, example_inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    monkeypatch.setattr(trainer_module, "compile_pays", lambda device, steps: asked.append((device, steps)) or True)
+    monkeypatch.setattr(step_module, "COMPILE_BACKEND", recording)
+    torch.compiler.reset()
+    trainer = trainer_of(checkpoint, train_split, output_dir, **settings)
+    return trainer, trained(trainer), asked, graphs
+
+
+@pytest.mark.slow  # dynamo traces the model: over 5 s on 2 cores (2026-11-30)
+def test_a_run_whose_steps_repay_it_trains_through_the_compiled_forward(
+    checkpoint, train_split, tmp_path, monkeypatch, caplog
+):
+    eager_weights, eager_losses = trained(trainer_of(checkpoint, train_split, tmp_path / "eager"))
+    with caplog.at_level(logging.WARNING, logger="modeling_vaswani.toolkit.training.trainer"):
+        trainer, (weights, losses), asked, graphs = compiled_run(checkpoint, train_split, tmp_path, monkeypatch)
+    assert asked == [(trainer.args.device, 5)]  # decided once, from the 5 steps the run had left
+    assert graphs, "the training forward never reached torch.compile's backend"
+    assert "compiling the training forward" in caplog.text
+    assert losses == pytest.approx(eager_losses, rel=1e-5)
+    assert weights.keys() == eager_weights.keys()  # the model itself was not wrapped: checkpoints keep their names
+    for name, value in weights.items():
+        torch.testing.assert_close(value, eager_weights[name], rtol=0, atol=1e-5, msg=name)
+
+
+@pytest.mark.slow  # over 5 s on 2 cores (2026-11-30)
+def test_torch_compile_false_trains_eager_whatever_the_steps(checkpoint, train_split, tmp_path, monkeypatch):
+    _, (_, losses), asked, graphs = compiled_run(checkpoint, train_split, tmp_path, monkeypatch, torch_compile=False)
+    assert len(losses) == 5 and graphs == [] and asked == []
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ([], None),
+        (["--torch_compile", "false"], False),
+        (["--torch_compile", "true"], True),
+        (["--torch_compile"], True),
+    ],
+)
+def test_torch_compile_is_left_to_the_run_unless_given(given, expected, tmp_path):
+    _, _, args = parse_arguments(["--output_dir", str(tmp_path), "--report_to", "none", *given])
+    assert args.torch_compile is expected
