@@ -11,11 +11,14 @@ implementations); `bf16` (training/step.py's bf16_autocast: bfloat16 autocast, a
 nn.Linear's MKL sgemm where kernels_vaswani.ONEDNN_TRAINING would take oneDNN's); `compile` (torch.compile of the
 model, dynamic shapes; its compile time is reported apart); `adopted` (what VaswaniTrainer now does on this machine:
 its loss, and the autocast its probe chose); `marian` (a stock MarianMTModel of the same shapes, as a stock
-Seq2SeqTrainer steps it: LabelSmoother, fused AdamW).
+Seq2SeqTrainer steps it: LabelSmoother, fused AdamW); `marian_stock` (the same on the batches a stock Seq2SeqTrainer
+draws instead of ours: quality.py's baseline's 64 sentences in random order, each batch padded to its longest, as
+DataCollatorForSeq2Seq pads; a step of its own batch, so that its steps/s are not comparable and its tokens/s, the
+tokens that are not padding, are).
 
-Prints steps/s and tokens/s of each, ratios against `current` and `marian`, the parts of a step (batch, forward,
-loss, backward, optimizer), the padding of the batches, the CPU flags and what ran beside it (load average, the
-busiest other processes).
+Prints steps/s and tokens/s of each, tokens/s ratios against `current`, `marian` and `marian_stock`, the parts of a
+step (batch, forward, loss, backward, optimizer), the padding of the batches, the CPU flags and what ran beside it
+(load average, the busiest other processes).
 
 python benchmarks/training_step.py --steps 60                      # a few minutes on 2 cores
 python benchmarks/training_step.py --steps 200 --variants current bf16 fused_loss adopted marian
@@ -31,19 +34,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from functools import partial
 from pathlib import Path
 
 import torch
+from quality import BASELINE_BATCH  # the stock recipe's batch, one home (benchmarks/quality.py)
 from speed.report import machine
-from transformers import MarianMTModel
+from transformers import DataCollatorForSeq2Seq, MarianMTModel, Seq2SeqTrainer, Seq2SeqTrainingArguments
 from transformers.trainer_pt_utils import LabelSmoother
 
 from modeling_vaswani import kernels_vaswani
 from modeling_vaswani.modeling_vaswani import VaswaniForConditionalGeneration
 from modeling_vaswani.toolkit.interop.marian_export import check_marian_exportable, marian_config
 from modeling_vaswani.toolkit.outputs import write_text
+from modeling_vaswani.toolkit.training.budget import cycled
 from modeling_vaswani.toolkit.training.presets import PRESETS, preset_config
 from modeling_vaswani.toolkit.training.recipe import load_data, parse_arguments, prepare_tokenizer, tokenize_pairs
 from modeling_vaswani.toolkit.training.step import bf16_autocast, probe_bf16
@@ -51,7 +57,7 @@ from modeling_vaswani.toolkit.training.trainer import VaswaniTrainer, smoothed_l
 
 VARIANTS = (
     "current", "current_seed1", "fused_loss", "foreach_adam", "loop_adam", "bf16", "bf16_flash", "compile", "adopted",
-    "mkl_products", "marian",
+    "mkl_products", "marian", "marian_stock",
 )  # fmt: skip
 PARTS = ("batch", "forward", "loss", "backward", "optimizer")
 WARMUP_STEPS = 3  # untimed per variant: allocator warm-up, and compilation for `compile`
@@ -111,8 +117,15 @@ class Runner:
         self.times = {part: [] for part in PARTS}
         self.tokens = []
         self.compile_seconds = 0.0
+        self.batches = None  # a variant with batches of its own (marian_stock) draws them here
+        self.drawn = []
 
     def step(self, batch: dict, batch_seconds: float, timed: bool) -> None:
+        if self.batches is not None:
+            fetched = time.perf_counter()
+            batch = next(self.batches)
+            batch_seconds = time.perf_counter() - fetched
+            self.drawn.append(batch)
         labels = batch["labels"]
         inputs = {key: value for key, value in batch.items() if key != "labels"}
         marks = [time.perf_counter()]
@@ -181,11 +194,23 @@ def padding(batches: list[dict]) -> dict:
     return {"source": 1 - source[1] / source[0], "target": 1 - target[1] / target[0]}
 
 
+def stock_batches(trainer: VaswaniTrainer, model) -> Iterator[dict]:
+    """The batches a stock Seq2SeqTrainer draws from the main job's tokenized training pairs: BASELINE_BATCH sentences
+    in random order, padded to the longest of each by DataCollatorForSeq2Seq (labels with -100)."""
+    args = Seq2SeqTrainingArguments(
+        output_dir=trainer.args.output_dir, per_device_train_batch_size=BASELINE_BATCH, seed=trainer.args.seed,
+        report_to=[], use_cpu=trainer.args.use_cpu,
+    )  # fmt: skip
+    collator = DataCollatorForSeq2Seq(trainer.processing_class, model=model)
+    stock = Seq2SeqTrainer(model=model, args=args, train_dataset=trainer.train_dataset, data_collator=collator)
+    return cycled(stock.get_train_dataloader)
+
+
 def build_runners(trainer: VaswaniTrainer, names: list[str]) -> list[Runner]:
     args = trainer.args
     runners = []
     for name in names:
-        if name == "marian":
+        if name in ("marian", "marian_stock"):
             check_marian_exportable(trainer.model.config)  # the export's MarianConfig, of shapes MarianMT can hold
             torch.manual_seed(args.seed)
             model = MarianMTModel(marian_config(trainer.model.config))
@@ -195,6 +220,8 @@ def build_runners(trainer: VaswaniTrainer, names: list[str]) -> list[Runner]:
         else:
             model = copy.deepcopy(trainer.model)
         runners.append(Runner(name, model, trainer))
+        if name == "marian_stock":
+            runners[-1].batches = stock_batches(trainer, model)
     return runners
 
 
@@ -236,6 +263,7 @@ def run(steps: int, names: list[str], threads: int | None) -> dict:
         "steps": steps,
         "wall_s": wall,
         "padding": padding(used),
+        "padding_stock": padding(runners[names.index("marian_stock")].drawn) if "marian_stock" in names else None,
         "beside_before": before,
         "beside_after": after,
         "variants": results,
@@ -253,21 +281,26 @@ def table(report: dict) -> str:
         f"{report['machine']['torch']}",
         f"beside it: load {report['beside_before']['load_average']} before, {report['beside_after']['load_average']} "
         f"after; busiest others at the start: {report['beside_before']['busiest_processes'][:3]}",
-        f"padding: {report['padding']['source']:.1%} of source positions, {report['padding']['target']:.1%} of target",
+        f"padding: {report['padding']['source']:.1%} of source positions, {report['padding']['target']:.1%} of target"
+        + (
+            f"; marian_stock's {report['padding_stock']['source']:.1%} and {report['padding_stock']['target']:.1%}"
+            if report.get("padding_stock")
+            else ""
+        ),
         "",
-        f"{'variant':<14} {'steps/s':>8} {'x current':>9} {'tokens/s':>9} {'x marian':>8}  "
+        f"{'variant':<14} {'steps/s':>8} {'x current':>9} {'tokens/s':>9} {'x marian':>8} {'x stock':>8}  "
         + " ".join(f"{part:>9}" for part in PARTS)
         + f" {'val loss':>9} {'val NLL':>8} {'untimed s':>9}",
     ]
     for name, result in variants.items():
-        ratio = {
-            peer: f"{result['steps_per_s'] / variants[peer]['steps_per_s']:.2f}" if peer in variants else "-"
-            for peer in ("current", "marian")
+        ratio = {  # tokens that are not padding: the one rate comparable across batchings
+            peer: f"{result['tokens_per_s'] / variants[peer]['tokens_per_s']:.2f}" if peer in variants else "-"
+            for peer in ("current", "marian", "marian_stock")
         }
         parts = " ".join(f"{result['parts_s'][part] * 1000:7.0f}ms" for part in PARTS)
         lines.append(
             f"{name:<14} {result['steps_per_s']:8.3f} {ratio['current']:>9} {result['tokens_per_s']:9.0f} "
-            f"{ratio['marian']:>8}  {parts} {result['validation']['smoothed']:9.4f} "
+            f"{ratio['marian']:>8} {ratio['marian_stock']:>8}  {parts} {result['validation']['smoothed']:9.4f} "
             f"{result['validation']['plain']:8.4f} {result['untimed_first_steps_s']:9.1f}"
         )
     return "\n".join(lines)
