@@ -365,7 +365,7 @@ class VaswaniTrainer(Seq2SeqTrainer):
             )
             if chosen:
                 logger.warning(
-                    "torch.compile: %d steps to train on %s, more than the %d its compilation takes to repay "
+                    "torch.compile: %d steps to train on %s, at least the %d that repay its compilation "
                     "(docs/gpu.md): compiling the training forward (--torch_compile false trains eager)",
                     steps,
                     self.args.device,
