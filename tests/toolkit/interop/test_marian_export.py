@@ -14,7 +14,7 @@ import torch
 from helpers.stock_transformers import run_stock
 from helpers.tiny_models import padded_batch, tiny_config
 from helpers.training_setup import TINY_PAIRS, run_command, tiny_checkpoint, trained_tiny_checkpoint
-from hypothesis import assume, event, given, settings
+from hypothesis import assume, event, example, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer
 
@@ -211,6 +211,11 @@ def randomized(model):
     pad_token_id=st.sampled_from([1, 1, 1, None]),
     seed=st.integers(0, 2**16),
 )
+@example(  # the epsilons' difference at 1.04e-4 absolute (2026-11-30)
+    d_model=12, num_heads=4, d_k=None, d_v=None, layers=2, activation_function="gelu", attention_bias=False,
+    final_logits_bias=True, layer_norm_eps=1e-6, position_embedding_type="sinusoidal", tie_word_embeddings=True,
+    pad_token_id=1, seed=19296,
+)  # fmt: skip
 def test_every_configuration_is_exported_computing_our_logits_or_refused_naming_a_field(seed, layers, **fields):
     try:
         config = tiny_config(encoder_layers=layers, decoder_layers=layers, **fields)
@@ -236,4 +241,6 @@ def test_every_configuration_is_exported_computing_our_logits_or_refused_naming_
         exact = at_marian_eps.eval()(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_input_ids).logits
         ours = model(input_ids=ids, attention_mask=mask, decoder_input_ids=decoder_input_ids).logits
     torch.testing.assert_close(theirs, exact, atol=1e-5, rtol=0)  # the same network at the same epsilon
-    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=0)  # and Marian's 1e-5 against 1e-6 here
+    # and Marian's epsilon 1e-5 against 1e-6 here: relative to the logits, as LayerNorm divides by sqrt(var + eps)
+    # (absolute alone failed at 1.04e-4 on logits of 4.1, a relative 2.5e-5: seed 19296, d_model 12, 2026-11-30)
+    torch.testing.assert_close(theirs, ours, atol=1e-4, rtol=1e-4)

@@ -213,9 +213,11 @@ def planned_run(checkpoint, output_dir, caplog, before: float, after: float, at:
     return plan, trainer, clock
 
 
-def assert_ends_in_its_budget_with_the_last_checkpoints_averaged(plan, trainer, clock, minutes, caplog):
+def assert_ends_in_its_budget_with_the_last_checkpoints_averaged(plan, trainer, clock, minutes, caplog, save=0.0):
     spent = clock.ended - plan.began  # the budget's minutes begin with the measuring
-    assert 0.85 * 60 * minutes <= spent <= 60 * minutes, (spent, minutes)  # in its last few percent, never past
+    # In its last few percent, never past; a run whose checkpoints take `save` seconds keeps one's time for its last
+    # (12 s with 1 s saves: 10.8-10.9 s quiet, 9.9 s under CI's load, 2026-11-30).
+    assert 0.85 * 60 * minutes - save <= spent <= 60 * minutes, (spent, minutes)
     assert "max_train_minutes=" not in caplog.text, "ended by its plan, not cut by the clock"
     steps = trainer.state.global_step
     averaged = [int(path.name.split("-")[1]) for path in find_checkpoints(trainer.args.output_dir)[-2:]]
@@ -254,4 +256,4 @@ def test_a_run_whose_checkpoints_are_slow_leaves_time_for_them_and_ends_within_i
     plan, trainer, clock = planned_run(
         checkpoint, tmp_path, caplog, before=0.0, after=0.0, at=0, minutes=0.2, saves=1.0
     )
-    assert_ends_in_its_budget_with_the_last_checkpoints_averaged(plan, trainer, clock, 0.2, caplog)
+    assert_ends_in_its_budget_with_the_last_checkpoints_averaged(plan, trainer, clock, 0.2, caplog, save=1.0)
